@@ -170,7 +170,7 @@ static uint64_t le(const uint8_t *p, int n)
 
 static int read_uint(struct reader *r, int n, uint64_t *ret, const char *what)
 {
-        const uint8_t *p;
+        const uint8_t *p = NULL;
         int e = take(r, (uint64_t)n, &p, what);
 
         if (e)
@@ -194,7 +194,7 @@ static int read_u32(struct reader *r, uint32_t *ret, const char *what)
 static int read_str(struct reader *r, struct m40_gguf_str *ret, uint64_t max, const char *what)
 {
         uint64_t at = r->pos, len;
-        const uint8_t *p;
+        const uint8_t *p = NULL;
         char *s;
         int e;
 
@@ -307,7 +307,7 @@ static int read_value(struct reader *r, uint32_t type, struct m40_gguf_value *v,
 static int read_scalar_array(struct reader *r, uint64_t at, uint32_t et, uint64_t n, void *data)
 {
         int es = scalar_size(et);
-        const uint8_t *p;
+        const uint8_t *p = NULL;
         int e = take(r, n * (uint64_t)es, &p, "array data");
 
         if (e)
@@ -422,7 +422,7 @@ static int read_array(struct reader *r, struct m40_gguf_value *v, int depth)
 static int read_value(struct reader *r, uint32_t type, struct m40_gguf_value *v, int depth)
 {
         uint64_t at = r->pos;
-        const uint8_t *p;
+        const uint8_t *p = NULL;
         int e;
 
         if (type == M40_GGUF_STRING) {

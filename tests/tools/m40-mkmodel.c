@@ -1,0 +1,832 @@
+/* m40-mkmodel.c - writes synthetic Llama-architecture GGUF models for tests and benchmarks.
+ *
+ * Owns the command line, the model shapes (presets), which tensors a Llama model has and
+ * in which ggml type each is stored (llama.cpp's quantization rules), the synthetic
+ * SentencePiece-style vocabulary, the seeded random weights, and the parallel
+ * generate -> quantize -> write pipeline. The GGUF layout is gguf_write.c's; the weight
+ * formats are quantize.c's. Run with --help for the contract. */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gguf_write.h"
+#include "m40/error.h"
+#include "model/ggml_type.h"
+#include "quantize.h"
+
+#define EXIT_USAGE  2
+#define TYPE_Q4_K_M 1000       /* pseudo type id for the Q4_K_M mix */
+#define CHUNK_BYTES (8u << 20) /* output produced per pipeline step */
+#define MIN_VOCAB   260        /* 3 specials, 256 bytes, at least one piece */
+#define MAX_VOCAB   (1u << 22)
+#define MAX_DIM     (1u << 16)
+#define MAX_FFN     (1u << 20)
+#define MAX_LAYERS  1024u
+#define MAX_CTX     (1u << 24)
+#define MAX_THREADS 1024u
+
+/* A model shape; the presets are shapes, and so is the start of struct spec. */
+struct preset {
+        const char *name;
+        uint64_t layers, dim, heads, kv_heads, ffn, vocab, ctx;
+        bool tied;
+        double rope_base;
+};
+
+struct spec {
+        struct preset sh;
+        uint32_t type; /* ggml type id, or TYPE_Q4_K_M */
+        uint64_t seed, threads;
+        bool quiet;
+        const char *out;
+};
+
+static const struct preset presets[] = {
+        {"tiny", 2, 256, 4, 2, 512, 512, 256, false, 10000.0},
+        {"135m", 30, 576, 9, 3, 1536, 49152, 8192, true, 10000.0},
+        {"1b", 16, 2048, 32, 8, 8192, 128256, 131072, true, 500000.0},
+        {"8b", 32, 4096, 32, 8, 14336, 128256, 131072, false, 500000.0},
+};
+
+/* --type names and llama.cpp's LLAMA_FTYPE number for each (general.file_type). */
+static const struct {
+        const char *name;
+        uint32_t type, ftype;
+} types[] = {
+        {"F32", M40_GGML_F32, 0},    {"F16", M40_GGML_F16, 1},    {"BF16", M40_GGML_BF16, 32},
+        {"Q8_0", M40_GGML_Q8_0, 7},  {"Q4_0", M40_GGML_Q4_0, 2},  {"Q4_1", M40_GGML_Q4_1, 3},
+        {"Q5_0", M40_GGML_Q5_0, 8},  {"Q5_1", M40_GGML_Q5_1, 9},  {"Q4_K", M40_GGML_Q4_K, 14},
+        {"Q5_K", M40_GGML_Q5_K, 16}, {"Q6_K", M40_GGML_Q6_K, 18}, {"Q4_K_M", TYPE_Q4_K_M, 15},
+};
+
+enum tkind { T_EMBD, T_OUTPUT, T_NORM, T_ATTN_V, T_FFN_DOWN, T_MAT };
+
+struct tplan {
+        char name[64];
+        enum tkind kind;
+        uint32_t layer;
+        uint32_t n_dims;
+        uint64_t ne0, ne1; /* ne1 is 1 for vectors */
+        uint32_t type;
+        float mean, std; /* of the generated values */
+        uint64_t row_bytes, size;
+};
+
+static volatile sig_atomic_t interrupted;
+
+/* clang-format off */
+static const char help_text[] =
+"NAME\n"
+"    m40-mkmodel - write a synthetic Llama-architecture GGUF model with random weights\n"
+"\n"
+"SYNOPSIS\n"
+"    m40-mkmodel -o OUT.gguf [--preset tiny|135m|1b|8b] [--layers N] [--dim N]\n"
+"        [--heads N] [--kv-heads N] [--ffn N] [--vocab N] [--ctx N] [--rope-base F]\n"
+"        [--tied|--untied] [--type TYPE] [--seed S] [--threads N] [--quiet]\n"
+"\n"
+"DESCRIPTION\n"
+"    Writes a GGUF v3 file that llama.cpp loads as a 'llama' model of the given shape,\n"
+"    with weights from a seeded generator quantized to TYPE. The same arguments give a\n"
+"    byte-identical file whatever --threads is. The data go to OUT.gguf.tmp, renamed to\n"
+"    OUT.gguf when complete; a failed or interrupted run leaves no file. Tensors are\n"
+"    generated and written chunk by chunk: memory stays at tens of MB at any size.\n"
+"\n"
+"OPTIONS\n"
+"    -o, --output PATH  the file to write (required).\n"
+"    --preset NAME      the starting shape (default tiny). It is applied first, wherever\n"
+"                       it stands; every other option overrides it.\n"
+"                         name layers  dim heads kv   ffn  vocab    ctx rope output\n"
+"                         tiny      2  256     4  2   512    512    256  1e4 untied\n"
+"                         135m     30  576     9  3  1536  49152   8192  1e4 tied\n"
+"                         1b       16 2048    32  8  8192 128256 131072  5e5 tied\n"
+"                         8b       32 4096    32  8 14336 128256 131072  5e5 untied\n"
+"    --layers N         transformer blocks, 1..1024.\n"
+"    --dim N            embedding width d, 1..65536; heads must divide it and the head\n"
+"                       size d/heads must be even.\n"
+"    --heads N          attention heads.  --kv-heads N  key/value heads, dividing heads.\n"
+"    --ffn N            feed-forward width, 1..1048576.\n"
+"    --vocab N          vocabulary size, 260..4194304.\n"
+"    --ctx N            llama.context_length, 1..16777216.\n"
+"    --rope-base F      llama.rope.freq_base, > 0.\n"
+"    --tied, --untied   token_embd doubles as the output projection, or output.weight\n"
+"                       is written.\n"
+"    --type TYPE        F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q5_K Q6_K Q4_K_M\n"
+"                       (any case; default F16).\n"
+"    --seed S           64-bit seed of the weights (default 1).\n"
+"    --threads N        generator threads, 1..1024 (default: online CPUs).\n"
+"    --quiet            no progress, notes or summary on stderr; errors still print.\n"
+"    -h, --help         this text.\n"
+"\n"
+"TENSORS\n"
+"    Shapes are ggml's [ne0, ne1], ne0 the row length; kv = kv-heads * d / heads.\n"
+"      token_embd.weight [d, vocab]\n"
+"      blk.I.attn_norm.weight [d]      blk.I.attn_q.weight [d, d]\n"
+"      blk.I.attn_k.weight [d, kv]     blk.I.attn_v.weight [d, kv]\n"
+"      blk.I.attn_output.weight [d, d] blk.I.ffn_norm.weight [d]\n"
+"      blk.I.ffn_gate.weight [d, ffn]  blk.I.ffn_up.weight [d, ffn]\n"
+"      blk.I.ffn_down.weight [ffn, d]  (for I = 0 .. layers-1)\n"
+"      output_norm.weight [d]          output.weight [d, vocab] (untied only)\n"
+"    Norm weights are F32, 1 + N(0, 0.02^2); matrices N(0, 1/ne0); token_embd N(0, 0.02^2);\n"
+"    each value a sum of four uniforms (so within 3.5 sigma). Row r of tensor t comes\n"
+"    from xoshiro256** seeded with splitmix64 of (seed, t, r).\n"
+"\n"
+"TYPES\n"
+"    Every type is quantized for real from the generated floats, byte-exact to ggml's\n"
+"    quantize_row_*_ref() (what llama-quantize writes without an imatrix), K types\n"
+"    included; F16 and BF16 round to nearest even. Vectors stay F32. A single TYPE is\n"
+"    used for every matrix. Q4_K_M follows llama-quantize: attn_v and ffn_down of block\n"
+"    I get Q6_K when I < n/8, I >= 7n/8 or (I - n/8) % 3 == 2, the output projection\n"
+"    (token_embd when tied) Q6_K, or Q8_0 when d % 256 != 0; the rest Q4_K. Where a\n"
+"    row is not a multiple of the block, types fall back as llama-quantize does\n"
+"    (Q4_K->Q5_0, Q5_K->Q5_1, Q6_K->Q8_0, else F16), with one note per kind on stderr.\n"
+"\n"
+"METADATA\n"
+"    general.architecture=llama, .name, .file_type (llama.cpp's LLAMA_FTYPE: Q4_K=14\n"
+"    (Q4_K_S), Q5_K=16 (Q5_K_S), Q6_K=18, Q4_K_M=15), .alignment=32,\n"
+"    .quantization_version=2 (quantized types); llama.context_length, .embedding_length,\n"
+"    .block_count, .feed_forward_length, .rope.dimension_count=d/heads,\n"
+"    .attention.head_count, .attention.head_count_kv,\n"
+"    .attention.layer_norm_rms_epsilon=1e-5, .rope.freq_base, .vocab_size;\n"
+"    tokenizer.ggml.model=llama, .tokens, .scores (f32), .token_type (i32),\n"
+"    .bos_token_id=1, .eos_token_id=2, .unknown_token_id=0, .add_bos_token=true,\n"
+"    .add_eos_token=false. Tokens: 0 <unk> (type 2), 1 <s> and 2 </s> (type 3),\n"
+"    3..258 <0x00>..<0xFF> (type 6), then pieces (type 1) U+2581, a, U+2581 a, b, ...:\n"
+"    a-z words in bijective base 26, with and without the U+2581 prefix in turn, scores\n"
+"    -1, -2, ... (0 for specials and bytes).\n"
+"\n"
+"EXIT STATUS\n"
+"    0 success; 1 failure creating or writing the file (an output path that cannot be\n"
+"    created included); 2 usage error (unknown option, bad or inconsistent value).\n";
+/* clang-format on */
+
+static void usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void usage_error(const char *fmt, ...)
+{
+        va_list ap;
+
+        fputs("m40-mkmodel: ", stderr);
+        va_start(ap, fmt);
+        vfprintf(stderr, fmt, ap);
+        va_end(ap);
+        fputs("\nTry 'm40-mkmodel --help'.\n", stderr);
+        exit(EXIT_USAGE);
+}
+
+/* Strict decimal (or 0x hex) unsigned parse into [min, max]. */
+static uint64_t parse_u64(const char *opt, const char *s, uint64_t min, uint64_t max)
+{
+        char *end;
+        unsigned long long v;
+
+        errno = 0;
+        if (!s || !*s || *s == '-' || *s == '+' || *s == ' ')
+                usage_error("%s: '%s' is not a number", opt, s ? s : "");
+        v = strtoull(s, &end, 0);
+        if (*end)
+                usage_error("%s: '%s' is not a number", opt, s);
+        if (errno == ERANGE || v < min || v > max)
+                usage_error("%s: %s is out of range %llu..%llu", opt, s, (unsigned long long)min,
+                            (unsigned long long)max);
+        return v;
+}
+
+static void apply_preset(struct spec *s, const char *name)
+{
+        for (size_t i = 0; i < sizeof(presets) / sizeof(presets[0]); i++) {
+                if (strcasecmp(name, presets[i].name) == 0) {
+                        s->sh = presets[i];
+                        return;
+                }
+        }
+        usage_error("--preset: unknown preset '%s' (tiny, 135m, 1b, 8b)", name);
+}
+
+static const char *type_name(uint32_t t)
+{
+        return t == TYPE_Q4_K_M ? "Q4_K_M" : m40_ggml_type_name(t);
+}
+
+/* clang-format off */
+enum { O_PRESET = 256, O_LAYERS, O_DIM, O_HEADS, O_KV, O_FFN, O_VOCAB, O_CTX, O_ROPE, O_TIED,
+       O_UNTIED, O_TYPE, O_SEED, O_THREADS, O_QUIET };
+
+#define ARG required_argument
+static const struct option long_opts[] = {
+        {"output", ARG, NULL, 'o'},       {"preset", ARG, NULL, O_PRESET},
+        {"layers", ARG, NULL, O_LAYERS},  {"dim", ARG, NULL, O_DIM},
+        {"heads", ARG, NULL, O_HEADS},    {"kv-heads", ARG, NULL, O_KV},
+        {"ffn", ARG, NULL, O_FFN},        {"vocab", ARG, NULL, O_VOCAB},
+        {"ctx", ARG, NULL, O_CTX},        {"rope-base", ARG, NULL, O_ROPE},
+        {"tied", no_argument, NULL, O_TIED}, {"untied", no_argument, NULL, O_UNTIED},
+        {"type", ARG, NULL, O_TYPE},      {"seed", ARG, NULL, O_SEED},
+        {"threads", ARG, NULL, O_THREADS}, {"quiet", no_argument, NULL, O_QUIET},
+        {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0},
+};
+#undef ARG
+/* clang-format on */
+
+/* Options that take a number: where it goes and its range. */
+static const struct {
+        int id;
+        const char *name;
+        size_t off;
+        uint64_t min, max;
+} numopts[] = {
+        {O_LAYERS, "--layers", offsetof(struct spec, sh.layers), 1, MAX_LAYERS},
+        {O_DIM, "--dim", offsetof(struct spec, sh.dim), 1, MAX_DIM},
+        {O_HEADS, "--heads", offsetof(struct spec, sh.heads), 1, MAX_DIM},
+        {O_KV, "--kv-heads", offsetof(struct spec, sh.kv_heads), 1, MAX_DIM},
+        {O_FFN, "--ffn", offsetof(struct spec, sh.ffn), 1, MAX_FFN},
+        {O_VOCAB, "--vocab", offsetof(struct spec, sh.vocab), MIN_VOCAB, MAX_VOCAB},
+        {O_CTX, "--ctx", offsetof(struct spec, sh.ctx), 1, MAX_CTX},
+        {O_SEED, "--seed", offsetof(struct spec, seed), 0, UINT64_MAX},
+        {O_THREADS, "--threads", offsetof(struct spec, threads), 1, MAX_THREADS},
+};
+
+static void parse_type(struct spec *s, const char *name)
+{
+        for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
+                if (strcasecmp(name, types[i].name) == 0) {
+                        s->type = types[i].type;
+                        return;
+                }
+        }
+        usage_error("--type: unknown type '%s' (F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K "
+                    "Q5_K Q6_K Q4_K_M)",
+                    name);
+}
+
+static void parse_args(int argc, char **argv, struct spec *s)
+{
+        const char *preset = "tiny";
+        long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+        char *end;
+        int c;
+
+        memset(s, 0, sizeof(*s));
+        s->type = M40_GGML_F16;
+        s->seed = 1;
+        s->threads = ncpu < 1 ? 1 : (uint64_t)ncpu > MAX_THREADS ? MAX_THREADS : (uint64_t)ncpu;
+
+        /* Pass 1: the preset, so every other option overrides it wherever it stands. */
+        opterr = 0;
+        while ((c = getopt_long(argc, argv, "o:h", long_opts, NULL)) != -1)
+                if (c == O_PRESET)
+                        preset = optarg;
+        apply_preset(s, preset);
+
+        optind = 0; /* glibc: 0 restarts the scan from scratch */
+        opterr = 1;
+        while ((c = getopt_long(argc, argv, "o:h", long_opts, NULL)) != -1) {
+                switch (c) {
+                case 'h':
+                        fputs(help_text, stdout);
+                        exit(0);
+                case 'o':
+                        if (!*optarg)
+                                usage_error("-o: empty path");
+                        s->out = optarg;
+                        break;
+                case O_PRESET:
+                        break;
+                case O_ROPE:
+                        errno = 0;
+                        s->sh.rope_base = strtod(optarg, &end);
+                        if (!*optarg || *end || errno || !isfinite(s->sh.rope_base) ||
+                            !(s->sh.rope_base > 0) || s->sh.rope_base > 1e12)
+                                usage_error("--rope-base: '%s' is not a positive number", optarg);
+                        break;
+                case O_TIED:
+                case O_UNTIED:
+                        s->sh.tied = c == O_TIED;
+                        break;
+                case O_TYPE:
+                        parse_type(s, optarg);
+                        break;
+                case O_QUIET:
+                        s->quiet = true;
+                        break;
+                default:
+                        for (size_t i = 0; i < sizeof(numopts) / sizeof(numopts[0]); i++)
+                                if (numopts[i].id == c)
+                                        *(uint64_t *)((char *)s + numopts[i].off) =
+                                                parse_u64(numopts[i].name, optarg, numopts[i].min,
+                                                          numopts[i].max);
+                        if (c == '?' || c == ':')
+                                usage_error("bad usage");
+                }
+        }
+        if (optind < argc)
+                usage_error("unexpected argument '%s'", argv[optind]);
+        if (!s->out)
+                usage_error("no output file (-o PATH)");
+        if (s->sh.dim % s->sh.heads)
+                usage_error("--dim %llu is not a multiple of --heads %llu",
+                            (unsigned long long)s->sh.dim, (unsigned long long)s->sh.heads);
+        if ((s->sh.dim / s->sh.heads) % 2)
+                usage_error("head size dim/heads = %llu is odd (RoPE rotates pairs)",
+                            (unsigned long long)(s->sh.dim / s->sh.heads));
+        if (s->sh.kv_heads > s->sh.heads || s->sh.heads % s->sh.kv_heads)
+                usage_error("--kv-heads %llu does not divide --heads %llu",
+                            (unsigned long long)s->sh.kv_heads, (unsigned long long)s->sh.heads);
+}
+
+/* ---- tensor plan and type selection ---- */
+
+/* llama.cpp's use_more_bits(): the layers Q4_K_M gives Q6_K in attn_v and ffn_down. */
+static bool use_more_bits(uint64_t i, uint64_t n)
+{
+        int64_t il = (int64_t)i, nl = (int64_t)n;
+
+        return il < nl / 8 || il >= 7 * nl / 8 || (il - nl / 8) % 3 == 2;
+}
+
+/* The type a tensor gets before shape fallbacks: llama_tensor_get_type() for Q4_K_M
+ * (non-Falcon, no MoE, no imatrix, no overrides); a single TYPE applies to every matrix. */
+static uint32_t wanted_type(const struct spec *s, const struct tplan *t)
+{
+        if (t->kind == T_NORM)
+                return M40_GGML_F32;
+        if (s->type != TYPE_Q4_K_M)
+                return s->type;
+        switch (t->kind) {
+        case T_OUTPUT:
+                return t->ne0 % 256 ? M40_GGML_Q8_0 : M40_GGML_Q6_K;
+        case T_EMBD: /* tied: quantized like the output it also is */
+                if (s->sh.tied)
+                        return t->ne0 % 256 ? M40_GGML_Q8_0 : M40_GGML_Q6_K;
+                return M40_GGML_Q4_K;
+        case T_ATTN_V:
+        case T_FFN_DOWN:
+                return use_more_bits(t->layer, s->sh.layers) ? M40_GGML_Q6_K : M40_GGML_Q4_K;
+        default:
+                return M40_GGML_Q4_K;
+        }
+}
+
+/* llama.cpp's tensor_type_fallback(): the type used when ne0 does not fit t's blocks. */
+static uint32_t fallback_type(uint32_t t, uint64_t ne0)
+{
+        uint32_t f = t;
+
+        if (ne0 % m40_ggml_type_info(t)->block_size == 0)
+                return t;
+        if (t == M40_GGML_Q4_K)
+                f = M40_GGML_Q5_0;
+        else if (t == M40_GGML_Q5_K)
+                f = M40_GGML_Q5_1;
+        else if (t == M40_GGML_Q6_K)
+                f = M40_GGML_Q8_0;
+        if (ne0 % m40_ggml_type_info(f)->block_size)
+                f = M40_GGML_F16;
+        return f;
+}
+
+static void plan_add(struct tplan *p, size_t *n, enum tkind kind, uint32_t layer, const char *name,
+                     uint64_t ne0, uint64_t ne1, float mean, float std)
+{
+        p[*n] = (struct tplan){.kind = kind,
+                               .layer = layer,
+                               .n_dims = kind == T_NORM ? 1 : 2,
+                               .ne0 = ne0,
+                               .ne1 = ne1,
+                               .mean = mean,
+                               .std = std};
+        snprintf(p[*n].name, sizeof(p[*n].name), "%s", name);
+        (*n)++;
+}
+
+/* Fills p (2 + 9 * layers + 1 entries) in file order; returns the count. */
+static size_t plan_build(const struct spec *s, struct tplan *p)
+{
+        uint64_t d = s->sh.dim, kv = s->sh.kv_heads * (s->sh.dim / s->sh.heads), f = s->sh.ffn;
+        float sd = 1.0f / sqrtf((float)d), sf = 1.0f / sqrtf((float)f);
+        char nm[64];
+        size_t n = 0;
+
+        plan_add(p, &n, T_EMBD, 0, "token_embd.weight", d, s->sh.vocab, 0, 0.02f);
+        for (uint32_t i = 0; i < s->sh.layers; i++) {
+#define BLK(kind, suffix, ne0, ne1, mean, std)                                                     \
+        do {                                                                                       \
+                snprintf(nm, sizeof(nm), "blk.%u." suffix, i);                                     \
+                plan_add(p, &n, kind, i, nm, ne0, ne1, mean, std);                                 \
+        } while (0)
+                BLK(T_NORM, "attn_norm.weight", d, 1, 1.0f, 0.02f);
+                BLK(T_MAT, "attn_q.weight", d, d, 0, sd);
+                BLK(T_MAT, "attn_k.weight", d, kv, 0, sd);
+                BLK(T_ATTN_V, "attn_v.weight", d, kv, 0, sd);
+                BLK(T_MAT, "attn_output.weight", d, d, 0, sd);
+                BLK(T_NORM, "ffn_norm.weight", d, 1, 1.0f, 0.02f);
+                BLK(T_MAT, "ffn_gate.weight", d, f, 0, sd);
+                BLK(T_MAT, "ffn_up.weight", d, f, 0, sd);
+                BLK(T_FFN_DOWN, "ffn_down.weight", f, d, 0, sf);
+#undef BLK
+        }
+        plan_add(p, &n, T_NORM, 0, "output_norm.weight", d, 1, 1.0f, 0.02f);
+        if (!s->sh.tied)
+                plan_add(p, &n, T_OUTPUT, 0, "output.weight", d, s->sh.vocab, 0, sd);
+        return n;
+}
+
+/* Assign types, noting each kind of fallback once. */
+static void plan_types(const struct spec *s, struct tplan *p, size_t n)
+{
+        bool noted[M40_GGML_TYPE_LIMIT][M40_GGML_TYPE_LIMIT] = {{false}};
+
+        for (size_t i = 0; i < n; i++) {
+                uint32_t want = wanted_type(s, &p[i]);
+                p[i].type = fallback_type(want, p[i].ne0);
+                if (p[i].type != want && !noted[want][p[i].type] && !s->quiet) {
+                        noted[want][p[i].type] = true;
+                        fprintf(stderr,
+                                "m40-mkmodel: note: %s needs rows that are a multiple of %u; "
+                                "tensors with %llu-element rows (e.g. %s) use %s, as llama.cpp "
+                                "does\n",
+                                type_name(want), m40_ggml_type_info(want)->block_size,
+                                (unsigned long long)p[i].ne0, p[i].name, type_name(p[i].type));
+                }
+        }
+}
+
+/* ---- vocabulary ---- */
+
+struct vocab {
+        char **tokens;
+        float *scores;
+        int32_t *types;
+        char *text; /* storage of every token */
+};
+
+static void vocab_free(struct vocab *v)
+{
+        free(v->tokens);
+        free(v->scores);
+        free(v->types);
+        free(v->text);
+}
+
+/* Piece k (k >= 0) of the filler: "\u2581" + word(k/2) for even k, word(k/2 + 1) for odd
+ * k, where word(j) is j in bijective base 26 over a-z (word(0) = ""). All distinct. */
+static size_t filler_piece(uint64_t k, char *out)
+{
+        char rev[16];
+        size_t n = 0, len = 0;
+        uint64_t j = k % 2 ? k / 2 + 1 : k / 2;
+
+        if (k % 2 == 0) {
+                memcpy(out, "\xe2\x96\x81", 3);
+                n = 3;
+        }
+        while (j > 0) {
+                j--;
+                rev[len++] = (char)('a' + j % 26);
+                j /= 26;
+        }
+        while (len > 0)
+                out[n++] = rev[--len];
+        out[n] = '\0';
+        return n;
+}
+
+/* Tokens, scores and types of an n-token vocabulary; every piece fits 16 bytes. */
+static int vocab_build(uint64_t n, struct vocab *v)
+{
+        static const char *const specials[] = {"<unk>", "<s>", "</s>"};
+        char *t;
+
+        v->tokens = calloc(n, sizeof(*v->tokens));
+        v->scores = calloc(n, sizeof(*v->scores));
+        v->types = calloc(n, sizeof(*v->types));
+        v->text = t = malloc((size_t)n * 16);
+        if (!v->tokens || !v->scores || !v->types || !v->text)
+                return -ENOMEM;
+        for (uint64_t i = 0; i < n; i++) {
+                v->tokens[i] = t;
+                if (i < 3) {
+                        t += sprintf(t, "%s", specials[i]) + 1;
+                        v->types[i] = i == 0 ? 2 : 3;
+                } else if (i < 259) {
+                        t += sprintf(t, "<0x%02X>", (unsigned)(i - 3)) + 1;
+                        v->types[i] = 6;
+                } else {
+                        t += filler_piece(i - 259, t) + 1;
+                        v->types[i] = 1;
+                        v->scores[i] = -(float)(i - 258);
+                }
+        }
+        return 0;
+}
+
+/* ---- metadata ---- */
+
+static int write_metadata(struct m40_gguf_writer *w, const struct spec *s, const struct vocab *v)
+{
+        char name[128];
+        uint32_t ftype = 0;
+        int r = 0;
+
+        for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
+                if (types[i].type == s->type)
+                        ftype = types[i].ftype;
+        snprintf(name, sizeof(name), "m40-mkmodel L%llu d%llu h%llu/%llu f%llu v%llu %s",
+                 (unsigned long long)s->sh.layers, (unsigned long long)s->sh.dim,
+                 (unsigned long long)s->sh.heads, (unsigned long long)s->sh.kv_heads,
+                 (unsigned long long)s->sh.ffn, (unsigned long long)s->sh.vocab,
+                 type_name(s->type));
+
+#define ADD(call)                                                                                  \
+        do {                                                                                       \
+                if (r == 0)                                                                        \
+                        r = call;                                                                  \
+        } while (0)
+        ADD(m40_gguf_writer_add_str(w, "general.architecture", "llama"));
+        ADD(m40_gguf_writer_add_str(w, "general.name", name));
+        ADD(m40_gguf_writer_add_u32(w, "general.file_type", ftype));
+        ADD(m40_gguf_writer_add_u32(w, "general.alignment", 32));
+        if (s->type != M40_GGML_F32 && s->type != M40_GGML_F16 && s->type != M40_GGML_BF16)
+                ADD(m40_gguf_writer_add_u32(w, "general.quantization_version", 2));
+        ADD(m40_gguf_writer_add_u32(w, "llama.context_length", (uint32_t)s->sh.ctx));
+        ADD(m40_gguf_writer_add_u32(w, "llama.embedding_length", (uint32_t)s->sh.dim));
+        ADD(m40_gguf_writer_add_u32(w, "llama.block_count", (uint32_t)s->sh.layers));
+        ADD(m40_gguf_writer_add_u32(w, "llama.feed_forward_length", (uint32_t)s->sh.ffn));
+        ADD(m40_gguf_writer_add_u32(w, "llama.rope.dimension_count",
+                                    (uint32_t)(s->sh.dim / s->sh.heads)));
+        ADD(m40_gguf_writer_add_u32(w, "llama.attention.head_count", (uint32_t)s->sh.heads));
+        ADD(m40_gguf_writer_add_u32(w, "llama.attention.head_count_kv", (uint32_t)s->sh.kv_heads));
+        ADD(m40_gguf_writer_add_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f));
+        ADD(m40_gguf_writer_add_f32(w, "llama.rope.freq_base", (float)s->sh.rope_base));
+        ADD(m40_gguf_writer_add_u32(w, "llama.vocab_size", (uint32_t)s->sh.vocab));
+        ADD(m40_gguf_writer_add_str(w, "tokenizer.ggml.model", "llama"));
+        ADD(m40_gguf_writer_add_str_array(w, "tokenizer.ggml.tokens", s->sh.vocab,
+                                          (const char *const *)v->tokens));
+        ADD(m40_gguf_writer_add_array(w, "tokenizer.ggml.scores", M40_GGUF_F32, s->sh.vocab,
+                                      v->scores));
+        ADD(m40_gguf_writer_add_array(w, "tokenizer.ggml.token_type", M40_GGUF_I32, s->sh.vocab,
+                                      v->types));
+        ADD(m40_gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", 1));
+        ADD(m40_gguf_writer_add_u32(w, "tokenizer.ggml.eos_token_id", 2));
+        ADD(m40_gguf_writer_add_u32(w, "tokenizer.ggml.unknown_token_id", 0));
+        ADD(m40_gguf_writer_add_bool(w, "tokenizer.ggml.add_bos_token", true));
+        ADD(m40_gguf_writer_add_bool(w, "tokenizer.ggml.add_eos_token", false));
+#undef ADD
+        return r;
+}
+
+/* ---- random rows ---- */
+
+static uint64_t splitmix64(uint64_t *x)
+{
+        uint64_t z = (*x += UINT64_C(0x9e3779b97f4a7c15));
+
+        z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+        z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+        return z ^ (z >> 31);
+}
+
+static uint64_t rotl(uint64_t x, int k)
+{
+        return (x << k) | (x >> (64 - k));
+}
+
+/* Row r of tensor t: mean + std * (sum of four 16-bit uniforms, standardized). */
+static void gen_row(const struct tplan *t, uint64_t seed, uint64_t ti, uint64_t row, float *x)
+{
+        uint64_t sm = seed, s0, s1, s2, s3;
+
+        sm = splitmix64(&sm) ^ ti; /* chain (seed, t, r) through the mixer */
+        sm = splitmix64(&sm) ^ row;
+        s0 = splitmix64(&sm), s1 = splitmix64(&sm), s2 = splitmix64(&sm), s3 = splitmix64(&sm);
+        const float scale = t->std * (1.0f / 37837.227f); /* 65536 / sqrt(3) */
+
+        for (uint64_t i = 0; i < t->ne0; i++) {
+                uint64_t v = rotl(s1 * 5, 7) * 9, tmp = s1 << 17; /* xoshiro256** */
+                s2 ^= s0;
+                s3 ^= s1;
+                s1 ^= s2;
+                s0 ^= s3;
+                s2 ^= tmp;
+                s3 = rotl(s3, 45);
+                int32_t sum = (int32_t)(v & 0xffff) + (int32_t)((v >> 16) & 0xffff) +
+                              (int32_t)((v >> 32) & 0xffff) + (int32_t)(v >> 48);
+                x[i] = t->mean + (float)(sum - 131070) * scale;
+        }
+}
+
+/* ---- the pipeline: chunk k is generated by fresh threads while chunk k-1 is written ---- */
+
+struct job {
+        const struct tplan *t;
+        uint64_t ti, row0, nrows, batch, seed;
+        uint8_t *out;
+        atomic_uint_fast64_t next; /* next row to claim */
+};
+
+struct worker {
+        struct job *job;
+        float *x; /* one row of floats */
+        pthread_t tid;
+};
+
+static void *work(void *arg)
+{
+        struct worker *wk = arg;
+        struct job *j = wk->job;
+        uint64_t r;
+
+        while ((r = atomic_fetch_add(&j->next, j->batch)) < j->nrows) {
+                uint64_t end = r + j->batch < j->nrows ? r + j->batch : j->nrows;
+                for (; r < end; r++) {
+                        gen_row(j->t, j->seed, j->ti, j->row0 + r, wk->x);
+                        m40_row_quantize(j->t->type, wk->x, j->out + r * j->t->row_bytes,
+                                         j->t->ne0);
+                }
+        }
+        return NULL;
+}
+
+/* Start n threads on j; returns how many started (the rest of j waits for them). */
+static unsigned job_start(struct worker *wk, unsigned n, struct job *j)
+{
+        unsigned i;
+
+        j->batch = j->nrows / (n * 4u) ? j->nrows / (n * 4u) : 1;
+        atomic_store(&j->next, 0);
+        for (i = 0; i < n; i++) {
+                wk[i].job = j;
+                if (pthread_create(&wk[i].tid, NULL, work, &wk[i]))
+                        break;
+        }
+        return i;
+}
+
+static int job_join(struct worker *wk, unsigned started)
+{
+        for (unsigned i = 0; i < started; i++)
+                pthread_join(wk[i].tid, NULL);
+        return started ? 0 : -EAGAIN;
+}
+
+static double now_s(void)
+{
+        struct timespec ts;
+
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+struct progress {
+        bool on, tty;
+        double t0, last;
+        uint64_t total, done;
+};
+
+static void progress_tick(struct progress *pg, uint64_t more, bool final)
+{
+        double t = now_s();
+
+        pg->done += more;
+        if (!pg->on || (!final && t - pg->last < 1.0))
+                return;
+        pg->last = t;
+        fprintf(stderr, "%sm40-mkmodel: %3.0f%%  %.0f / %.0f MB  %.0f MB/s%s", pg->tty ? "\r" : "",
+                100.0 * (double)pg->done / (double)pg->total, (double)pg->done / 1e6,
+                (double)pg->total / 1e6, (double)pg->done / 1e6 / (t - pg->t0 + 1e-9),
+                pg->tty && !final ? "" : "\n");
+}
+
+/* Generate, quantize and write every tensor's data in file order. */
+static int write_data(struct m40_gguf_writer *w, const struct spec *s, const struct tplan *p,
+                      size_t n, struct progress *pg)
+{
+        size_t row_floats = s->sh.dim > s->sh.ffn ? s->sh.dim : s->sh.ffn;
+        unsigned nt = (unsigned)s->threads, cur = 0;
+        struct worker *wk = calloc(nt, sizeof(*wk));
+        uint8_t *buf[2] = {malloc(CHUNK_BYTES + row_floats * 4),
+                           malloc(CHUNK_BYTES + row_floats * 4)};
+        static struct job job[2];
+        uint64_t prev = 0;
+        int r = wk && buf[0] && buf[1] ? 0 : -ENOMEM;
+
+        for (unsigned i = 0; i < nt && r == 0; i++)
+                if (!(wk[i].x = malloc(row_floats * sizeof(float))))
+                        r = -ENOMEM;
+        for (size_t ti = 0; ti < n && r == 0; ti++) {
+                const struct tplan *t = &p[ti];
+                uint64_t per = CHUNK_BYTES / t->row_bytes ? CHUNK_BYTES / t->row_bytes : 1;
+                for (uint64_t row0 = 0; row0 < t->ne1 && r == 0; row0 += per) {
+                        struct job *j = &job[cur];
+                        j->t = t, j->ti = ti, j->row0 = row0, j->seed = s->seed;
+                        j->nrows = t->ne1 - row0 < per ? t->ne1 - row0 : per;
+                        j->out = buf[cur];
+                        unsigned started = job_start(wk, nt, j);
+                        if (prev)
+                                r = m40_gguf_writer_write(w, buf[cur ^ 1], prev);
+                        progress_tick(pg, prev, false);
+                        int rj = job_join(wk, started);
+                        r = r ? r : rj ? rj : interrupted ? -EINTR : 0;
+                        prev = j->nrows * t->row_bytes;
+                        cur ^= 1;
+                }
+        }
+        if (r == 0 && prev)
+                r = m40_gguf_writer_write(w, buf[cur ^ 1], prev);
+        for (unsigned i = 0; wk && i < nt; i++)
+                free(wk[i].x);
+        free(wk);
+        free(buf[0]);
+        free(buf[1]);
+        return r;
+}
+
+static void on_signal(int sig)
+{
+        (void)sig;
+        interrupted = 1;
+}
+
+int main(int argc, char **argv)
+{
+        struct m40_gguf_writer *w = NULL;
+        struct progress pg = {0};
+        struct vocab voc = {0};
+        struct spec s;
+        struct tplan *plan;
+        uint64_t n_params = 0;
+        size_t n;
+        int r;
+
+        parse_args(argc, argv, &s);
+        struct sigaction sa = {.sa_handler = on_signal};
+        sigaction(SIGINT, &sa, NULL);
+        sigaction(SIGTERM, &sa, NULL);
+
+        plan = calloc(3 + 9 * s.sh.layers, sizeof(*plan));
+        if (!plan || vocab_build(s.sh.vocab, &voc) < 0) {
+                fprintf(stderr, "m40-mkmodel: out of memory\n");
+                r = -ENOMEM;
+                goto out;
+        }
+        n = plan_build(&s, plan);
+        plan_types(&s, plan, n);
+
+        r = m40_gguf_writer_new(s.out, 32, &w);
+        if (r < 0) {
+                fprintf(stderr, "m40-mkmodel: cannot create %s.tmp: %s\n", s.out, m40_strerror(r));
+                goto out;
+        }
+        r = write_metadata(w, &s, &voc);
+        for (size_t i = 0; i < n && r == 0; i++) {
+                const uint64_t ne[2] = {plan[i].ne0, plan[i].ne1};
+                r = m40_gguf_writer_add_tensor(w, plan[i].name, plan[i].n_dims, ne, plan[i].type,
+                                               &plan[i].size);
+                plan[i].row_bytes = plan[i].size / plan[i].ne1;
+                n_params += plan[i].ne0 * plan[i].ne1;
+        }
+        if (r == 0)
+                r = m40_gguf_writer_begin_data(w);
+        if (r < 0) {
+                fprintf(stderr, "m40-mkmodel: %s: writing the header: %s\n", s.out,
+                        m40_strerror(r));
+                goto out;
+        }
+
+        pg.on = !s.quiet;
+        pg.tty = isatty(STDERR_FILENO);
+        pg.t0 = pg.last = now_s();
+        pg.total = m40_gguf_writer_file_size(w);
+        r = write_data(w, &s, plan, n, &pg);
+        if (r == 0)
+                r = m40_gguf_writer_finish(w);
+        if (r < 0) {
+                if (pg.tty && pg.on)
+                        fputc('\n', stderr);
+                fprintf(stderr, "m40-mkmodel: %s: %s\n", s.out,
+                        r == -EINTR ? "interrupted" : m40_strerror(r));
+                goto out;
+        }
+        pg.done = pg.total;
+        progress_tick(&pg, 0, true);
+        if (!s.quiet)
+                fprintf(stderr,
+                        "m40-mkmodel: wrote %s: %s, %llu tensors, %llu parameters, %.1f MB "
+                        "in %.1f s\n",
+                        s.out, type_name(s.type), (unsigned long long)n,
+                        (unsigned long long)n_params, (double)pg.total / 1e6, now_s() - pg.t0);
+out:
+        m40_gguf_writer_free(w);
+        vocab_free(&voc);
+        free(plan);
+        return r < 0 ? 1 : 0;
+}
