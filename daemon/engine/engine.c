@@ -1,0 +1,70 @@
+/* engine.c - the engine interface's dispatch and defaults (see engine.h). */
+#include "engine.h"
+
+#include <string.h>
+
+struct m40_sampling m40_sampling_default(void)
+{
+        struct m40_sampling s = {
+                .temperature = 0.0f,
+                .top_k = 0,
+                .top_p = 1.0f,
+                .min_p = 0.0f,
+                .repeat_penalty = 1.0f,
+                .frequency_penalty = 0.0f,
+                .presence_penalty = 0.0f,
+                .penalty_last_n = 64,
+                .seed = 0,
+        };
+        return s;
+}
+
+struct m40_stop m40_stop_default(void)
+{
+        struct m40_stop s;
+
+        memset(&s, 0, sizeof(s));
+        return s;
+}
+
+int m40_engine_admit(struct m40_engine *e, const struct m40_seq_params *p, uint32_t *ret_id)
+{
+        return e->ops->admit(e, p, ret_id);
+}
+
+int m40_engine_step(struct m40_engine *e)
+{
+        return e->ops->step(e);
+}
+
+size_t m40_engine_events(struct m40_engine *e, struct m40_event *out, size_t max)
+{
+        return e->ops->events(e, out, max);
+}
+
+int m40_engine_cancel(struct m40_engine *e, uint32_t id)
+{
+        return e->ops->cancel(e, id);
+}
+
+int m40_engine_logits(struct m40_engine *e, uint32_t id, float *out, size_t n)
+{
+        return e->ops->logits(e, id, out, n);
+}
+
+void m40_engine_stats(struct m40_engine *e, struct m40_engine_stats *ret)
+{
+        e->ops->stats(e, ret);
+}
+
+void m40_engine_model(struct m40_engine *e, struct m40_engine_model *ret)
+{
+        e->ops->model(e, ret);
+}
+
+struct m40_engine *m40_engine_free(struct m40_engine *e)
+{
+        if (e)
+                e->ops->destroy(e);
+        return NULL;
+}

@@ -1,0 +1,171 @@
+/* engine.h - the engine interface: what the scheduler asks of any engine, at the level of
+ * sequences (DESIGN.md section 2).
+ *
+ * An engine owns one loaded model, a set of sequence slots and a paged KV cache. The
+ * caller admits sequences (prompt token ids, sampling parameters, stop conditions), calls
+ * m40_engine_step() repeatedly (each step advances every active sequence by one token;
+ * a sequence whose prompt is pending is prefilled in the same step, in chunks when long)
+ * and drains events (token ids, finish reasons, usage counts). Every engine (the CPU
+ * reference, the per-op CUDA engine, the persistent kernel) implements struct
+ * m40_engine_ops; callers use only the m40_engine_* functions. One thread drives an
+ * engine at a time; engines do not print. */
+#ifndef M40_ENGINE_ENGINE_H
+#define M40_ENGINE_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define M40_MAX_STOP_IDS     16
+#define M40_MAX_STOP_STRINGS 8
+#define M40_MAX_STOP_LEN     64 /* bytes of one stop string */
+
+/* Sampling. Defaults (m40_sampling_default()) are greedy with nothing else enabled. The
+ * chain, in order: penalties -> top-k -> top-p -> min-p -> temperature -> draw. */
+struct m40_sampling {
+        float temperature;       /* <= 0: greedy (argmax, lowest id on ties) */
+        int32_t top_k;           /* <= 0: off */
+        float top_p;             /* >= 1: off */
+        float min_p;             /* <= 0: off */
+        float repeat_penalty;    /* 1: off; logit / p if > 0 else logit * p, for seen ids */
+        float frequency_penalty; /* 0: off; minus count * f */
+        float presence_penalty;  /* 0: off; minus p once seen */
+        int32_t penalty_last_n;  /* window of recent tokens (prompt included); 0 off, -1 all */
+        uint64_t seed;           /* same seed, same prompt, same params -> same tokens */
+};
+
+/* Stop conditions. The model's EOS/EOT ids stop a sequence unless ignore_eos. */
+struct m40_stop {
+        uint32_t max_tokens; /* generated tokens; 0 means up to the context limit */
+        bool ignore_eos;
+        uint32_t n_ids;
+        int32_t ids[M40_MAX_STOP_IDS];
+        /* Stop strings are matched across token boundaries on detokenized text; they need
+         * a detokenizer (m40_engine_limits.piece); without one, admit returns
+         * M40_EUNSUPPORTED. */
+        uint32_t n_strings;
+        char strings[M40_MAX_STOP_STRINGS][M40_MAX_STOP_LEN + 1];
+};
+
+struct m40_seq_params {
+        const int32_t *prompt; /* n_prompt >= 1 token ids < n_vocab; copied by admit */
+        uint32_t n_prompt;
+        struct m40_sampling sampling;
+        struct m40_stop stop;
+        bool keep_logits; /* keep the logits of the last step for m40_engine_logits() */
+};
+
+enum m40_finish {
+        M40_FINISH_NONE = 0,    /* still running (token events) */
+        M40_FINISH_LENGTH = 1,  /* max_tokens reached */
+        M40_FINISH_EOS = 2,     /* the model's EOS/EOT or a stop id was produced */
+        M40_FINISH_STOP = 3,    /* a stop string matched */
+        M40_FINISH_CANCEL = 4,  /* m40_engine_cancel() */
+        M40_FINISH_CONTEXT = 5, /* the context limit was reached */
+        M40_FINISH_KV = 6,      /* no free KV page for the next position */
+};
+
+/* One event per produced token (token >= 0). The token that ends a sequence carries the
+ * finish reason (EOS, stop id, stop string, length, context); a sequence that ends without
+ * producing a token (cancel, no KV page) gets one event with token -1. */
+struct m40_event {
+        uint32_t seq;
+        int32_t token;
+        uint32_t finish;   /* enum m40_finish */
+        uint32_t n_prompt; /* usage so far */
+        uint32_t n_generated;
+};
+
+/* m40_piece_fn - the text of token id (for stop strings); returns its length in bytes
+ * and points *ret at it (borrowed, valid until the next call). */
+typedef size_t (*m40_piece_fn)(void *ctx, int32_t token, const char **ret);
+
+struct m40_engine_limits {
+        uint32_t max_seqs;         /* sequence slots; default 16 */
+        uint32_t max_ctx;          /* positions per sequence; default min(train ctx, 4096) */
+        uint64_t kv_bytes;         /* KV memory; default enough for max_seqs * max_ctx */
+        uint32_t page_tokens;      /* positions per KV page; default 16 */
+        uint32_t max_batch_tokens; /* tokens per forward pass (prefill chunk); default 256 */
+        uint32_t n_threads;        /* CPU engine threads; default: online CPUs */
+        m40_piece_fn piece;        /* optional detokenizer for stop strings */
+        void *piece_ctx;
+};
+
+struct m40_engine_model {
+        const char *arch; /* "llama", "qwen2" */
+        uint32_t n_vocab, n_ctx_train, n_layers, dim;
+        int32_t bos_id, eos_id, eot_id; /* -1 when absent */
+        uint64_t weight_bytes;
+};
+
+struct m40_engine_stats {
+        uint32_t active_seqs;
+        uint32_t kv_pages_total, kv_pages_used, kv_page_tokens;
+        uint64_t kv_page_bytes; /* memory of one page (all layers, K and V) */
+        uint64_t steps, prompt_tokens, generated_tokens; /* since creation */
+        double prompt_seconds;                           /* time in steps that only prefilled */
+        double decode_seconds;                           /* time in the other steps */
+        double tokens_per_s; /* generated tokens / (time of steps that generated) */
+};
+
+struct m40_engine;
+
+struct m40_engine_ops {
+        const char *name;
+        int (*admit)(struct m40_engine *e, const struct m40_seq_params *p, uint32_t *ret_id);
+        int (*step)(struct m40_engine *e);
+        size_t (*events)(struct m40_engine *e, struct m40_event *out, size_t max);
+        int (*cancel)(struct m40_engine *e, uint32_t id);
+        int (*logits)(struct m40_engine *e, uint32_t id, float *out, size_t n);
+        void (*stats)(struct m40_engine *e, struct m40_engine_stats *ret);
+        void (*model)(struct m40_engine *e, struct m40_engine_model *ret);
+        void (*destroy)(struct m40_engine *e);
+};
+
+/* Every engine struct starts with this. */
+struct m40_engine {
+        const struct m40_engine_ops *ops;
+};
+
+/* m40_sampling_default / m40_stop_default - greedy; max_tokens 0, no stop ids/strings. */
+struct m40_sampling m40_sampling_default(void);
+struct m40_stop m40_stop_default(void);
+
+/* m40_engine_admit - queue a sequence. Returns 0 and its id in *ret_id (ids are never
+ * reused within an engine); -EBUSY when every slot is taken, -EINVAL for an empty or
+ * out-of-vocabulary prompt or bad parameters, -E2BIG when the prompt does not fit
+ * max_ctx, M40_EUNSUPPORTED for stop strings without a detokenizer. */
+int m40_engine_admit(struct m40_engine *e, const struct m40_seq_params *p, uint32_t *ret_id);
+
+/* m40_engine_step - advance every active sequence by one token (prefilling pending
+ * prompts first). Returns the number of sequences still active after the step (>= 0), or
+ * a negative error (-ENOMEM ...), after which the engine stays usable. */
+int m40_engine_step(struct m40_engine *e);
+
+/* m40_engine_events - move up to max queued events, oldest first, into out; returns how
+ * many. The queue grows as needed; drain it after each step. */
+size_t m40_engine_events(struct m40_engine *e, struct m40_event *out, size_t max);
+
+/* m40_engine_cancel - finish sequence id with M40_FINISH_CANCEL (an event follows) and
+ * free its slot and KV pages. Returns 0, or -ENOENT when id is not active. */
+int m40_engine_cancel(struct m40_engine *e, uint32_t id);
+
+/* m40_engine_logits - copy the logits (n_vocab floats) that produced sequence id's last
+ * token into out (n >= n_vocab). Needs keep_logits at admit; works after the sequence has
+ * finished, until a later admit reuses its slot. Returns 0, -ENOENT, -ENODATA (no token
+ * yet or not kept), -EINVAL (n too small). */
+int m40_engine_logits(struct m40_engine *e, uint32_t id, float *out, size_t n);
+
+void m40_engine_stats(struct m40_engine *e, struct m40_engine_stats *ret);
+void m40_engine_model(struct m40_engine *e, struct m40_engine_model *ret);
+
+/* m40_engine_free - cancel everything and free e; accepts NULL; returns NULL. */
+struct m40_engine *m40_engine_free(struct m40_engine *e);
+
+/* m40_cpu_engine_new - the CPU reference engine for the GGUF at path. lim may be NULL
+ * (all defaults) and any field 0 means its default. Returns 0 and the engine in *ret;
+ * -errno, M40_EFORMAT or M40_EUNSUPPORTED with a message in err otherwise. */
+int m40_cpu_engine_new(const char *path, const struct m40_engine_limits *lim,
+                       struct m40_engine **ret, char *err, size_t errlen);
+
+#endif

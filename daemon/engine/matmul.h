@@ -1,0 +1,40 @@
+/* matmul.h - weight matrices of any supported GGML type times float activations.
+ *
+ * Owns struct m40_weight (a borrowed view of one 2-D GGUF tensor) and the CPU engine's
+ * matrix-vector product, the operation that dominates decoding. Activations stay float32
+ * (no activation quantization, unlike ggml's CPU backend): this is the contract the CUDA
+ * kernels implement, and the reason logits differ slightly from llama.cpp's. */
+#ifndef M40_ENGINE_MATMUL_H
+#define M40_ENGINE_MATMUL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pool.h"
+
+#define M40_MATMUL_CHUNK 1024 /* elements dequantized at a time (a multiple of 256) */
+
+struct m40_weight {
+        const void *data; /* n_out rows of row_bytes each, GGML blocks; borrowed */
+        uint32_t type;    /* enum m40_ggml_type */
+        uint32_t n_in;    /* ne[0]: row length, elements */
+        uint32_t n_out;   /* ne[1]: rows */
+        size_t row_bytes;
+};
+
+/* m40_cpu_dot - sum of a[i] * b[i] over n floats, in the engine's fixed summation order
+ * (16 interleaved partial sums, then a fixed tree): every caller gets the same rounding. */
+float m40_cpu_dot(const float *a, const float *b, size_t n);
+
+/* m40_cpu_matmul_rows - the serial kernel: for rows [r0, r1) and tokens t < n_tok,
+ * y[t * ldy + o] = dot(dequant(W[o]), x[t * n_in ..]). x: (n_tok, n_in), y: (n_tok, ldy). */
+void m40_cpu_matmul_rows(const struct m40_weight *w, const float *x, size_t n_tok, float *y,
+                         size_t ldy, uint32_t r0, uint32_t r1);
+
+/* m40_cpu_matmul - y (n_tok, n_out) = x (n_tok, n_in) times W^T, rows split over the
+ * pool's threads. Each y element is computed identically whatever n_tok and the thread
+ * count, so a sequence's results do not depend on what it is batched with. */
+void m40_cpu_matmul(struct m40_pool *pool, const struct m40_weight *w, const float *x, size_t n_tok,
+                    float *y);
+
+#endif

@@ -1,0 +1,274 @@
+/* m40-gen - run an engine without the daemon: prompt token ids in, generated ids out.
+ *
+ *   m40-gen -m FILE (-p TEXT | --tokens 1,2,3) -n N [--temp T --top-k K --top-p P
+ *           --min-p P --repeat-penalty R --seed S] [--threads N] [--print-tokens]
+ *           [--logits-out FILE] [--backend cpu|cuda] [--ignore-eos] [--stats]
+ *
+ * Owns nothing but its command line: it admits one sequence into the CPU engine, steps
+ * until it finishes, prints the generated ids (--print-tokens: space separated on one
+ * line) and writes the final-position logits as raw float32 (--logits-out: the logits
+ * that produced the last generated token). --stats prints prompt and generation speed to
+ * stderr. -p needs the tokenizer (issue 4) and is refused until it lands. Exit status:
+ * 0 done, 1 runtime failure, 2 usage error. */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine/engine.h"
+#include "m40/error.h"
+
+#define MAX_PROMPT 65536
+
+static void usage(FILE *f)
+{
+        fprintf(f, "usage: m40-gen -m FILE (-p TEXT | --tokens 1,2,3) -n N [--temp T] [--top-k K]\n"
+                   "               [--top-p P] [--min-p P] [--repeat-penalty R] [--seed S]\n"
+                   "               [--threads N] [--print-tokens] [--logits-out FILE]\n"
+                   "               [--backend cpu|cuda] [--ignore-eos] [--stats]\n");
+}
+
+static int parse_tokens(const char *s, int32_t *out, uint32_t *n)
+{
+        char *end;
+
+        *n = 0;
+        while (*s) {
+                long v;
+
+                errno = 0;
+                v = strtol(s, &end, 10);
+                if (end == s || errno || v < 0 || v > INT32_MAX || *n == MAX_PROMPT)
+                        return -EINVAL;
+                out[(*n)++] = (int32_t)v;
+                s = end;
+                if (*s == ',' || *s == ' ')
+                        s++;
+                else if (*s)
+                        return -EINVAL;
+        }
+        return *n ? 0 : -EINVAL;
+}
+
+static double now_s(void)
+{
+        struct timespec ts;
+
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int main(int argc, char **argv)
+{
+        enum {
+                O_TOKENS = 256,
+                O_TEMP,
+                O_TOPK,
+                O_TOPP,
+                O_MINP,
+                O_REP,
+                O_SEED,
+                O_PRINT,
+                O_LOGITS,
+                O_BACKEND,
+                O_THREADS,
+                O_IGNORE_EOS,
+                O_STATS
+        };
+        static const struct option opts[] = {
+                {"model", required_argument, 0, 'm'},
+                {"prompt", required_argument, 0, 'p'},
+                {"n-predict", required_argument, 0, 'n'},
+                {"tokens", required_argument, 0, O_TOKENS},
+                {"temp", required_argument, 0, O_TEMP},
+                {"top-k", required_argument, 0, O_TOPK},
+                {"top-p", required_argument, 0, O_TOPP},
+                {"min-p", required_argument, 0, O_MINP},
+                {"repeat-penalty", required_argument, 0, O_REP},
+                {"seed", required_argument, 0, O_SEED},
+                {"print-tokens", no_argument, 0, O_PRINT},
+                {"logits-out", required_argument, 0, O_LOGITS},
+                {"backend", required_argument, 0, O_BACKEND},
+                {"threads", required_argument, 0, O_THREADS},
+                {"ignore-eos", no_argument, 0, O_IGNORE_EOS},
+                {"stats", no_argument, 0, O_STATS},
+                {"help", no_argument, 0, 'h'},
+                {0, 0, 0, 0},
+        };
+        static int32_t prompt[MAX_PROMPT];
+        struct m40_seq_params sp = {0};
+        struct m40_engine_limits lim = {0};
+        struct m40_engine_model info;
+        struct m40_engine *e = NULL;
+        const char *model = NULL, *text = NULL, *tokens = NULL, *logits_out = NULL;
+        const char *backend = "cpu";
+        bool print = false, stats = false;
+        long n_predict = 16;
+        char err[512] = "";
+        uint32_t id, n_gen = 0;
+        int32_t *gen = NULL;
+        double t0, t_first = 0, t1;
+        int c, r, rc = 1;
+
+        sp.sampling = m40_sampling_default();
+        sp.stop = m40_stop_default();
+        while ((c = getopt_long(argc, argv, "m:p:n:h", opts, NULL)) != -1) {
+                switch (c) {
+                case 'm':
+                        model = optarg;
+                        break;
+                case 'p':
+                        text = optarg;
+                        break;
+                case 'n':
+                        n_predict = strtol(optarg, NULL, 10);
+                        break;
+                case O_TOKENS:
+                        tokens = optarg;
+                        break;
+                case O_TEMP:
+                        sp.sampling.temperature = strtof(optarg, NULL);
+                        break;
+                case O_TOPK:
+                        sp.sampling.top_k = (int32_t)strtol(optarg, NULL, 10);
+                        break;
+                case O_TOPP:
+                        sp.sampling.top_p = strtof(optarg, NULL);
+                        break;
+                case O_MINP:
+                        sp.sampling.min_p = strtof(optarg, NULL);
+                        break;
+                case O_REP:
+                        sp.sampling.repeat_penalty = strtof(optarg, NULL);
+                        break;
+                case O_SEED:
+                        sp.sampling.seed = strtoull(optarg, NULL, 0);
+                        break;
+                case O_PRINT:
+                        print = true;
+                        break;
+                case O_LOGITS:
+                        logits_out = optarg;
+                        break;
+                case O_BACKEND:
+                        backend = optarg;
+                        break;
+                case O_THREADS:
+                        lim.n_threads = (uint32_t)strtoul(optarg, NULL, 10);
+                        break;
+                case O_IGNORE_EOS:
+                        sp.stop.ignore_eos = true;
+                        break;
+                case O_STATS:
+                        stats = true;
+                        break;
+                case 'h':
+                        usage(stdout);
+                        return 0;
+                default:
+                        usage(stderr);
+                        return 2;
+                }
+        }
+        if (!model || (!text == !tokens) || n_predict < 1 || n_predict > 1000000) {
+                usage(stderr);
+                return 2;
+        }
+        if (text) {
+                fprintf(stderr, "m40-gen: -p needs the tokenizer (issue 4), which has not landed "
+                                "yet; pass --tokens\n");
+                return 2;
+        }
+        if (strcmp(backend, "cpu") != 0) {
+                fprintf(stderr, "m40-gen: backend '%s' is not available (cpu only so far)\n",
+                        backend);
+                return 2;
+        }
+        if (parse_tokens(tokens, prompt, &sp.n_prompt)) {
+                fprintf(stderr, "m40-gen: --tokens wants comma-separated token ids\n");
+                return 2;
+        }
+        sp.prompt = prompt;
+        sp.stop.max_tokens = (uint32_t)n_predict;
+        sp.keep_logits = logits_out != NULL;
+        lim.max_seqs = 1;
+        lim.max_batch_tokens = 512;
+        r = m40_cpu_engine_new(model, &lim, &e, err, sizeof(err));
+        if (r) {
+                fprintf(stderr, "m40-gen: %s\n", err[0] ? err : m40_strerror(r));
+                return 1;
+        }
+        m40_engine_model(e, &info);
+        gen = malloc((size_t)n_predict * sizeof(*gen));
+        if (!gen)
+                goto out;
+        r = m40_engine_admit(e, &sp, &id);
+        if (r) {
+                fprintf(stderr, "m40-gen: cannot admit the prompt: %s\n", m40_strerror(r));
+                goto out;
+        }
+        t0 = now_s();
+        for (bool done = false; !done;) {
+                struct m40_event ev[8];
+                size_t n;
+
+                r = m40_engine_step(e);
+                if (r < 0) {
+                        fprintf(stderr, "m40-gen: step failed: %s\n", m40_strerror(r));
+                        goto out;
+                }
+                while ((n = m40_engine_events(e, ev, 8)) > 0) {
+                        for (size_t i = 0; i < n; i++) {
+                                if (ev[i].token >= 0 && n_gen < (uint32_t)n_predict) {
+                                        if (!n_gen)
+                                                t_first = now_s();
+                                        gen[n_gen++] = ev[i].token;
+                                }
+                                if (ev[i].finish != M40_FINISH_NONE)
+                                        done = true;
+                        }
+                }
+        }
+        t1 = now_s();
+        if (print) {
+                for (uint32_t i = 0; i < n_gen; i++)
+                        printf("%s%d", i ? " " : "", gen[i]);
+                printf("\n");
+        }
+        if (logits_out) {
+                float *lg = malloc((size_t)info.n_vocab * sizeof(float));
+                FILE *f = NULL;
+
+                if (!lg || m40_engine_logits(e, id, lg, info.n_vocab) ||
+                    !(f = fopen(logits_out, "wb")) ||
+                    fwrite(lg, sizeof(float), info.n_vocab, f) != info.n_vocab) {
+                        fprintf(stderr, "m40-gen: cannot write %s: %s\n", logits_out,
+                                strerror(errno));
+                        if (f)
+                                fclose(f);
+                        free(lg);
+                        goto out;
+                }
+                free(lg);
+                if (fclose(f)) {
+                        fprintf(stderr, "m40-gen: cannot write %s\n", logits_out);
+                        goto out;
+                }
+        }
+        if (stats) {
+                const double pp = t_first - t0, tg = t1 - t_first;
+
+                fprintf(stderr,
+                        "m40-gen: prompt %u tokens in %.3f s (%.1f tok/s, incl. first token); "
+                        "generated %u tokens, %.2f tok/s after the first\n",
+                        sp.n_prompt, pp, pp > 0 ? sp.n_prompt / pp : 0.0, n_gen,
+                        n_gen > 1 && tg > 0 ? (n_gen - 1) / tg : 0.0);
+        }
+        rc = 0;
+out:
+        free(gen);
+        m40_engine_free(e);
+        return rc;
+}
