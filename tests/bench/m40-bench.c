@@ -2,8 +2,9 @@
  *
  * Owns the command line, the measurements and the report (text or JSON) of the
  * benchmarks. Today: the GPU's properties and its device-to-device copy
- * bandwidth, the roofline every later figure is divided by (DESIGN.md §3, §7).
- * Model benchmarks (decode, prefill, load) arrive with the CUDA engine. */
+ * bandwidth, the roofline every later figure is divided by (DESIGN.md §3, §7), and
+ * with --matvec the matrix kernels on the 8B shapes (bench_matvec.c). Model
+ * benchmarks (decode, prefill, load) arrive with the CUDA engine. */
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -12,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_matvec.h"
 #include "cuda/device.h"
 #include "m40/error.h"
 
@@ -22,6 +24,8 @@ struct options {
         size_t bytes; /* 0: the library's default */
         int iters;    /* 0: the library's default */
         int json;
+        int matvec;
+        const char *output; /* also write the JSON here */
 };
 
 static void help(void)
@@ -30,7 +34,8 @@ static void help(void)
                "       m40-bench - measure what a GPU can do for m40-llm\n"
                "\n"
                "SYNOPSIS\n"
-               "       m40-bench [--device N] [--bytes SIZE] [--iters N] [--json]\n"
+               "       m40-bench [--device N] [--bytes SIZE] [--iters N] [--matvec]\n"
+               "                 [--json] [--output FILE]\n"
                "       m40-bench --help\n"
                "\n"
                "DESCRIPTION\n"
@@ -47,6 +52,14 @@ static void help(void)
                "       in GB/s of 10^9 bytes. The peak is the memory bus width x the memory\n"
                "       clock x 2 as the runtime reports them (0 when it does not).\n"
                "\n"
+               "       With --matvec it then times the matrix kernels (m40_cuda_matmul) on\n"
+               "       the Llama-3-8B weight shapes (n_in x n_out: 4096x4096, 4096x1024,\n"
+               "       4096x14336, 14336x4096, 4096x128256) in every weight type: at batch 1\n"
+               "       the GB/s of weight bytes streamed and its fraction of the copy\n"
+               "       bandwidth (the decode roofline), at batch 8, 32 and 64 the GFLOP/s\n"
+               "       (2 x n_in x n_out x batch per call). Weights rotate over copies that\n"
+               "       cover 3 x the L2 cache, so they come from DRAM as in decoding.\n"
+               "\n"
                "       Model benchmarks (decode and prefill tokens/s, model load time) are\n"
                "       added with the CUDA engine; this program will run them then.\n"
                "\n"
@@ -59,9 +72,14 @@ static void help(void)
                "              to a quarter of the free GPU memory, rounded down to 256 bytes.\n"
                "       -n, --iters N\n"
                "              Timed copies per method, 1..%d (default %d).\n"
+               "       -m, --matvec\n"
+               "              Also benchmark the matrix kernels (about 15 s on an H100).\n"
                "       -j, --json\n"
                "              Print one JSON object instead of text (fields as in the text;\n"
                "              sizes in bytes, bandwidths in GB/s).\n"
+               "       -o, --output FILE\n"
+               "              Also write the JSON object to FILE (the text still goes to\n"
+               "              standard output).\n"
                "       -h, --help\n"
                "              Print this help and exit.\n"
                "\n"
@@ -71,7 +89,8 @@ static void help(void)
                "\n"
                "EXAMPLES\n"
                "       m40-bench\n"
-               "       m40-bench --device 1 --bytes 512M --iters 50 --json > bench.json\n",
+               "       m40-bench --device 1 --bytes 512M --iters 50 --json > bench.json\n"
+               "       m40-bench --matvec --output bench.json\n",
                M40_CUDA_COPY_ITERS_MAX, M40_CUDA_COPY_ITERS_DEFAULT);
 }
 
@@ -132,11 +151,12 @@ static int parse_args(int argc, char **argv, struct options *o)
         static const struct option longopts[] = {
                 {"device", required_argument, NULL, 'd'}, {"bytes", required_argument, NULL, 'b'},
                 {"iters", required_argument, NULL, 'n'},  {"json", no_argument, NULL, 'j'},
+                {"matvec", no_argument, NULL, 'm'},       {"output", required_argument, NULL, 'o'},
                 {"help", no_argument, NULL, 'h'},         {},
         };
         int c;
 
-        while ((c = getopt_long(argc, argv, "d:b:n:jh", longopts, NULL)) >= 0) {
+        while ((c = getopt_long(argc, argv, "d:b:n:jmo:h", longopts, NULL)) >= 0) {
                 switch (c) {
                 case 'd':
                         if (parse_int(optarg, 0, INT_MAX, &o->device) < 0) {
@@ -163,6 +183,12 @@ static int parse_args(int argc, char **argv, struct options *o)
                 case 'j':
                         o->json = 1;
                         break;
+                case 'm':
+                        o->matvec = 1;
+                        break;
+                case 'o':
+                        o->output = optarg;
+                        break;
                 case 'h':
                         help();
                         return 1;
@@ -177,45 +203,51 @@ static int parse_args(int argc, char **argv, struct options *o)
         return 0;
 }
 
-static void json_string(const char *s)
+static void json_string(FILE *f, const char *s)
 {
-        putchar('"');
+        fputc('"', f);
         for (; *s; s++) {
                 unsigned char ch = (unsigned char)*s;
 
                 if (ch == '"' || ch == '\\')
-                        printf("\\%c", ch);
+                        fprintf(f, "\\%c", ch);
                 else if (ch < 0x20)
-                        printf("\\u%04x", ch);
+                        fprintf(f, "\\u%04x", ch);
                 else
-                        putchar(ch);
+                        fputc(ch, f);
         }
-        putchar('"');
+        fputc('"', f);
 }
 
-static void print_json(const struct m40_cuda_device_info *in,
-                       const struct m40_cuda_copy_bandwidth *bw)
+static void print_json(FILE *f, const struct m40_cuda_device_info *in,
+                       const struct m40_cuda_copy_bandwidth *bw, const struct bench_mv *mv)
 {
-        printf("{\"tool\":\"m40-bench\",\"format\":1,");
-        printf("\"device\":{\"ordinal\":%d,\"name\":", in->ordinal);
-        json_string(in->name);
-        printf(",\"cc\":\"%d.%d\",\"sm_count\":%d,", in->cc_major, in->cc_minor, in->sm_count);
-        printf("\"total_mem\":%" PRIu64 ",\"free_mem\":%" PRIu64 ",", in->total_mem, in->free_mem);
-        printf("\"mem_bus_width_bits\":%d,\"mem_clock_khz\":%d,\"peak_bw_gbs\":%.1f,",
-               in->mem_bus_width_bits, in->mem_clock_khz, in->peak_bw_gbs);
-        printf("\"l2_bytes\":%d,\"shared_mem_per_block\":%zu,\"shared_mem_per_sm\":%zu,",
-               in->l2_bytes, in->shared_mem_per_block, in->shared_mem_per_sm);
-        printf("\"regs_per_sm\":%d,\"max_threads_per_sm\":%d,", in->regs_per_sm,
-               in->max_threads_per_sm);
-        printf("\"driver_version\":%d,\"runtime_version\":%d},", in->driver_version,
-               in->runtime_version);
-        printf("\"copy\":{\"bytes\":%zu,\"iters\":%d,", bw->bytes, bw->iters);
-        printf("\"memcpy_gbs\":%.1f,\"kernel_gbs\":%.1f,\"best_gbs\":%.1f,", bw->memcpy_gbs,
-               bw->kernel_gbs, bw->best_gbs);
+        fprintf(f, "{\"tool\":\"m40-bench\",\"format\":1,");
+        fprintf(f, "\"device\":{\"ordinal\":%d,\"name\":", in->ordinal);
+        json_string(f, in->name);
+        fprintf(f, ",\"cc\":\"%d.%d\",\"sm_count\":%d,", in->cc_major, in->cc_minor, in->sm_count);
+        fprintf(f, "\"total_mem\":%" PRIu64 ",\"free_mem\":%" PRIu64 ",", in->total_mem,
+                in->free_mem);
+        fprintf(f, "\"mem_bus_width_bits\":%d,\"mem_clock_khz\":%d,\"peak_bw_gbs\":%.1f,",
+                in->mem_bus_width_bits, in->mem_clock_khz, in->peak_bw_gbs);
+        fprintf(f, "\"l2_bytes\":%d,\"shared_mem_per_block\":%zu,\"shared_mem_per_sm\":%zu,",
+                in->l2_bytes, in->shared_mem_per_block, in->shared_mem_per_sm);
+        fprintf(f, "\"regs_per_sm\":%d,\"max_threads_per_sm\":%d,", in->regs_per_sm,
+                in->max_threads_per_sm);
+        fprintf(f, "\"driver_version\":%d,\"runtime_version\":%d},", in->driver_version,
+                in->runtime_version);
+        fprintf(f, "\"copy\":{\"bytes\":%zu,\"iters\":%d,", bw->bytes, bw->iters);
+        fprintf(f, "\"memcpy_gbs\":%.1f,\"kernel_gbs\":%.1f,\"best_gbs\":%.1f,", bw->memcpy_gbs,
+                bw->kernel_gbs, bw->best_gbs);
         if (in->peak_bw_gbs > 0)
-                printf("\"fraction_of_peak\":%.3f}}\n", bw->best_gbs / in->peak_bw_gbs);
+                fprintf(f, "\"fraction_of_peak\":%.3f}", bw->best_gbs / in->peak_bw_gbs);
         else
-                printf("\"fraction_of_peak\":null}}\n");
+                fprintf(f, "\"fraction_of_peak\":null}");
+        if (mv) {
+                fputc(',', f);
+                bench_matvec_json(mv, f);
+        }
+        fprintf(f, "}\n");
 }
 
 static void print_text(const struct m40_cuda_device_info *in,
@@ -248,13 +280,32 @@ static void print_text(const struct m40_cuda_device_info *in,
         printf("\n");
 }
 
+/* The JSON object also goes to path; 0 or 1 (failure, reported). */
+static int write_output(const char *path, const struct m40_cuda_device_info *in,
+                        const struct m40_cuda_copy_bandwidth *bw, const struct bench_mv *mv)
+{
+        FILE *f = fopen(path, "w");
+
+        if (!f) {
+                fprintf(stderr, "m40-bench: cannot write %s: %s\n", path, strerror(errno));
+                return 1;
+        }
+        print_json(f, in, bw, mv);
+        if (fclose(f) != 0) {
+                fprintf(stderr, "m40-bench: cannot write %s: %s\n", path, strerror(errno));
+                return 1;
+        }
+        return 0;
+}
+
 int main(int argc, char **argv)
 {
         struct options o = {.device = 0};
         struct m40_cuda_copy_bandwidth bw;
         struct m40_cuda_device *d = NULL;
+        static struct bench_mv mv;
         char err[512] = "";
-        int r;
+        int r, rc = 0;
 
         r = parse_args(argc, argv, &o);
         if (r > 0)
@@ -279,10 +330,23 @@ int main(int argc, char **argv)
                 m40_cuda_device_free(d);
                 return 1;
         }
-        if (o.json)
-                print_json(m40_cuda_device_info(d), &bw);
-        else
+        if (!o.json)
                 print_text(m40_cuda_device_info(d), &bw);
+        if (o.matvec) {
+                fflush(stdout);
+                r = bench_matvec_run(d, bw.best_gbs, &mv, err, sizeof(err));
+                if (r < 0) {
+                        fprintf(stderr, "m40-bench: matvec benchmark failed: %s\n", err);
+                        rc = 1;
+                } else if (!o.json) {
+                        bench_matvec_text(&mv, stdout);
+                }
+        }
+        if (o.json)
+                print_json(stdout, m40_cuda_device_info(d), &bw, o.matvec && rc == 0 ? &mv : NULL);
+        if (o.output)
+                rc |= write_output(o.output, m40_cuda_device_info(d), &bw,
+                                   o.matvec && rc == 0 ? &mv : NULL);
         m40_cuda_device_free(d);
-        return 0;
+        return rc;
 }

@@ -2,15 +2,21 @@
 # tests/gpu/run-on-device.sh - the one script run on the GPU test machine.
 #
 # Owns the GPU run: configure build-gpu with CUDA for one arch (default 90, set
-# CUDA_ARCH=..), build, run the unit and gpu suites, record m40-bench's JSON,
-# run test_device under compute-sanitizer (memcheck) when it is installed, and
-# print a summary table last. Keeps going after a failed step; exits 1 at the
-# end if any step failed (a gpu suite that only skips counts as failed here: on
-# this machine it means CUDA did not see the GPU), else 0.
+# CUDA_ARCH=..), build (if the whole tree does not build, at least the GPU tests
+# and m40-bench, so a broken unrelated file does not hide GPU results), run the
+# unit and gpu suites, run m40-bench with the matrix-kernel benchmark (text in
+# the log, JSON to a file), run every gpu test under compute-sanitizer memcheck
+# (M40_TEST_QUICK=1: fewer cases) and the kernel test under racecheck
+# (M40_TEST_QUICK=2: a few types, small shapes) when it is installed, and print
+# a summary table last. Keeps going after a failed
+# step; exits 1 at the end if any step failed (a gpu suite that only skips
+# counts as failed here: on this machine it means CUDA did not see the GPU),
+# else 0.
 #
 # The caller first runs `source .devdeps/use.sh` (liburing, inih, libsystemd,
 # cmocka, pcre2). Logs go to ${OUT:-/tmp}/gpu-logs/; the benchmark JSON to
-# $OUT/bench.json when OUT is set.
+# $OUT/bench.json when OUT is set. SKIP_UNIT=1 skips the unit suite;
+# BENCH_ARGS replaces m40-bench's arguments (default --matvec).
 set -uo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 1
@@ -20,6 +26,10 @@ CUDA_ARCH=${CUDA_ARCH:-90}
 LOGS=${OUT:-/tmp}/gpu-logs
 BENCH_JSON=${OUT:+$OUT/bench.json}
 BENCH_JSON=${BENCH_JSON:-$LOGS/bench.json}
+BENCH_ARGS=${BENCH_ARGS:---matvec}
+GPU_TESTS=(test_device test_alloc test_loader test_matvec)
+GPU_TARGETS=(tests/gpu/test_device tests/gpu/test_alloc tests/gpu/test_loader
+        tests/gpu/test_matvec tests/gpu/loader_q4km.gguf tests/bench/m40-bench)
 mkdir -p "$LOGS"
 
 failed=()
@@ -69,16 +79,27 @@ else
         step setup meson setup "$BUILD" "${setup_args[@]}"
 fi
 
+gpu_built=0
 if [ "${status[setup]}" = ok ]; then
-        step build ninja -C "$BUILD"
+        if step build ninja -C "$BUILD"; then
+                gpu_built=1
+        elif step build-gpu ninja -C "$BUILD" "${GPU_TARGETS[@]}"; then
+                gpu_built=1
+        fi
 else
         skip build "setup failed"
 fi
 
-if [ "${status[build]:-}" = ok ]; then
-        step unit meson test -C "$BUILD" --suite unit --print-errorlogs
-        cp -f "$BUILD/meson-logs/testlog.txt" "$LOGS/testlog-unit.txt" 2>/dev/null
-        step gpu meson test -C "$BUILD" --suite gpu --print-errorlogs --verbose
+if [ "$gpu_built" = 1 ]; then
+        if [ "${SKIP_UNIT:-0}" = 1 ]; then
+                skip unit "SKIP_UNIT=1"
+        elif [ "${status[build]}" = ok ]; then
+                step unit meson test -C "$BUILD" --suite unit --print-errorlogs
+                cp -f "$BUILD/meson-logs/testlog.txt" "$LOGS/testlog-unit.txt" 2>/dev/null
+        else
+                skip unit "the full build failed"
+        fi
+        step gpu meson test -C "$BUILD" --no-rebuild --suite gpu --print-errorlogs --verbose
         cp -f "$BUILD/meson-logs/testlog.txt" "$LOGS/testlog-gpu.txt" 2>/dev/null
         read -r gpu_ok _ < <(counts "$LOGS/gpu.log")
         if [ "${status[gpu]}" = ok ] && [ "$gpu_ok" -eq 0 ]; then
@@ -92,28 +113,43 @@ fi
 
 bench=$BUILD/tests/bench/m40-bench
 if [ -x "$bench" ]; then
-        step bench-text "$bench"
-        echo "=== bench-json: $bench --json > $BENCH_JSON"
-        if "$bench" --json >"$BENCH_JSON" 2>"$LOGS/bench-json.log"; then
-                status[bench-json]=ok
-                cat "$BENCH_JSON"
-        else
-                status[bench-json]="FAILED (exit $?)"
-                failed+=(bench-json)
-                cat "$LOGS/bench-json.log"
-        fi
+        # shellcheck disable=SC2086 # BENCH_ARGS is a list of words
+        step bench "$bench" $BENCH_ARGS --output "$BENCH_JSON"
 else
-        skip bench-text "m40-bench not built"
+        skip bench "m40-bench not built"
 fi
+
+# test NAME -> its command line (test_loader takes the model and a scratch folder)
+test_cmd() {
+        case $1 in
+        test_loader) echo "$BUILD/tests/gpu/test_loader $BUILD/tests/gpu/loader_q4km.gguf $BUILD/tests/gpu" ;;
+        *) echo "$BUILD/tests/gpu/$1" ;;
+        esac
+}
 
 sanitizer=$(command -v compute-sanitizer || true)
 [ -z "$sanitizer" ] && [ -x /usr/local/cuda/bin/compute-sanitizer ] && sanitizer=/usr/local/cuda/bin/compute-sanitizer
-if [ -n "$sanitizer" ] && [ -x "$BUILD/tests/gpu/test_device" ]; then
-        M40_TEST_COPY_BYTES=$((64 << 20)) step memcheck timeout 480 "$sanitizer" --tool memcheck \
-                --leak-check full --error-exitcode 3 "$BUILD/tests/gpu/test_device"
-else
-        skip memcheck "no compute-sanitizer or no test_device"
-fi
+sanitized=()
+for t in "${GPU_TESTS[@]}"; do
+        if [ -z "$sanitizer" ] || [ ! -x "$BUILD/tests/gpu/$t" ]; then
+                skip "memcheck-$t" "no compute-sanitizer or no $t"
+                continue
+        fi
+        # shellcheck disable=SC2046 # the command line is words
+        M40_TEST_QUICK=1 M40_TEST_COPY_BYTES=$((64 << 20)) step "memcheck-$t" timeout 240 \
+                "$sanitizer" --tool memcheck --leak-check full --error-exitcode 3 $(test_cmd "$t")
+        sanitized+=("memcheck-$t")
+done
+for t in test_matvec; do
+        if [ -z "$sanitizer" ] || [ ! -x "$BUILD/tests/gpu/$t" ]; then
+                skip "racecheck-$t" "no compute-sanitizer or no $t"
+                continue
+        fi
+        # shellcheck disable=SC2046
+        M40_TEST_QUICK=2 step "racecheck-$t" timeout 240 "$sanitizer" --tool racecheck \
+                --racecheck-report all --error-exitcode 3 $(test_cmd "$t")
+        sanitized+=("racecheck-$t")
+done
 
 # The summary.
 dev="?"
@@ -137,7 +173,7 @@ echo
 echo "=== m40-llm GPU run summary (logs: $LOGS)"
 printf '%-10s %s\n' device "${dev:-?} (compute capability ${cc:-?})"
 printf '%-10s %s\n' nvcc "${nvcc_v:-?} (built for sm_$CUDA_ARCH)"
-for s in setup build unit gpu bench-text bench-json memcheck; do
+for s in setup build build-gpu unit gpu bench "${sanitized[@]}"; do
         [ -n "${status[$s]:-}" ] || continue
         line=${status[$s]}
         if { [ "$s" = unit ] || [ "$s" = gpu ]; } && [ -f "$LOGS/$s.log" ]; then
@@ -147,6 +183,10 @@ for s in setup build unit gpu bench-text bench-json memcheck; do
         printf '%-10s %s\n' "$s" "$line"
 done
 printf '%-10s %s\n' copy "$copy"
+if [ -f "$LOGS/bench.log" ] && grep -q '^matvec, batch 1' "$LOGS/bench.log"; then
+        echo "matvec     $(sed -n 's/^matvec, batch 1: //p' "$LOGS/bench.log")"
+        sed -n '/^matvec, batch 1/,/^$/p' "$LOGS/bench.log" | sed '1d;/^$/d;s/^/           /'
+fi
 if [ "${#failed[@]}" -gt 0 ]; then
         printf '%-10s %s\n' result "FAIL: ${failed[*]}"
         exit 1

@@ -1,0 +1,158 @@
+/* cuda/matvec.cu - the public launchers of matvec.h: argument checks against each
+ * type's block layout, and dispatch to the family files (matvec_f.cu, matvec_q.cu,
+ * matvec_k.cu) that instantiate the kernels of matvec.cuh. Host code only. */
+#include <errno.h>
+#include <limits.h>
+#include <stdint.h>
+
+#include <cuda_runtime.h>
+
+#include "m40/error.h"
+#include "cuda/matvec.cuh"
+
+/* Block layout: elements, bytes, and the row alignment consecutive rows keep. */
+struct layout {
+        uint32_t qk, bytes, align;
+};
+
+static bool type_layout(uint32_t type, struct layout *l)
+{
+        switch (type) {
+        case M40_GGML_F32:
+                *l = (struct layout){1, 4, 4};
+                return true;
+        case M40_GGML_F16:
+        case M40_GGML_BF16:
+                *l = (struct layout){1, 2, 2};
+                return true;
+        case M40_GGML_Q8_0:
+                *l = (struct layout){32, 34, 2};
+                return true;
+        case M40_GGML_Q4_0:
+                *l = (struct layout){32, 18, 2};
+                return true;
+        case M40_GGML_Q4_1:
+                *l = (struct layout){32, 20, 4};
+                return true;
+        case M40_GGML_Q5_0:
+                *l = (struct layout){32, 22, 2};
+                return true;
+        case M40_GGML_Q5_1:
+                *l = (struct layout){32, 24, 8};
+                return true;
+        case M40_GGML_Q4_K:
+                *l = (struct layout){256, 144, 16};
+                return true;
+        case M40_GGML_Q5_K:
+                *l = (struct layout){256, 176, 16};
+                return true;
+        case M40_GGML_Q6_K:
+                *l = (struct layout){256, 210, 2};
+                return true;
+        default:
+                return false;
+        }
+}
+
+extern "C" bool m40_cuda_matmul_supports(uint32_t type)
+{
+        struct layout l;
+
+        return type_layout(type, &l);
+}
+
+/* Check a call against matvec.h's contract and fill the kernel arguments. */
+static int check(const struct m40_cuda_matrix *w, const float *x, size_t ldx, float *y, size_t ldy,
+                 uint32_t batch, uint32_t max_batch, struct mv_args *a)
+{
+        struct layout l;
+        uintptr_t xb, xe, yb, ye;
+
+        if (!w || !x || !y || !w->data)
+                return -EINVAL;
+        if (!type_layout(w->type, &l))
+                return M40_EUNSUPPORTED;
+        if (batch < 1 || batch > max_batch || w->n_in < 1 || w->n_in > INT_MAX / 2 ||
+            w->n_out > INT_MAX / 2)
+                return -EINVAL;
+        if (w->n_in % l.qk || w->row_bytes < (size_t)(w->n_in / l.qk) * l.bytes ||
+            w->row_bytes % l.align || (uintptr_t)w->data % 16)
+                return -EINVAL;
+        if (ldx < w->n_in || ldx % 4 || (uintptr_t)x % 16 || ldy < w->n_out)
+                return -EINVAL;
+        if (ldx > (size_t)INT_MAX / batch || ldy > (size_t)INT_MAX / batch)
+                return -EINVAL;
+        xb = (uintptr_t)x;
+        xe = xb + (uintptr_t)batch * ldx * sizeof(float);
+        yb = (uintptr_t)y;
+        ye = yb + (uintptr_t)batch * ldy * sizeof(float);
+        if (xb < ye && yb < xe)
+                return -EINVAL;
+
+        a->w = (const uint8_t *)w->data;
+        a->row_bytes = w->row_bytes;
+        a->n_out = (int)w->n_out;
+        a->n_in = (int)w->n_in;
+        a->x = x;
+        a->ldx = (int)ldx;
+        a->y = y;
+        a->ldy = (int)ldy;
+        a->nb = (int)batch;
+        a->vec = w->row_bytes % 16 == 0;
+        return 0;
+}
+
+static int sm_count(void)
+{
+        int dev = 0, sms = 0;
+
+        if (cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+            sms <= 0) {
+                (void)cudaGetLastError();
+                return 24; /* an M40's; only the split of rows over warps depends on it */
+        }
+        return sms;
+}
+
+static int launch(const struct mv_args *a, uint32_t type, int tiled, cudaStream_t stream)
+{
+        const int sms = sm_count();
+        int r;
+
+        if (a->n_out == 0)
+                return 0;
+        r = m40_mv_launch_f(type, a, tiled, sms, stream);
+        if (r == -ENOTSUP)
+                r = m40_mv_launch_q(type, a, tiled, sms, stream);
+        if (r == -ENOTSUP)
+                r = m40_mv_launch_k(type, a, tiled, sms, stream);
+        return r == -ENOTSUP ? M40_EUNSUPPORTED : r;
+}
+
+extern "C" int m40_cuda_matvec(const struct m40_cuda_matrix *w, const float *x, size_t ldx,
+                               float *y, size_t ldy, uint32_t batch, struct CUstream_st *stream)
+{
+        struct mv_args a;
+        int r = check(w, x, ldx, y, ldy, batch, M40_CUDA_MATVEC_MAX_BATCH, &a);
+
+        return r < 0 ? r : launch(&a, w->type, 0, stream);
+}
+
+extern "C" int m40_cuda_matmul_tiled(const struct m40_cuda_matrix *w, const float *x, size_t ldx,
+                                     float *y, size_t ldy, uint32_t batch,
+                                     struct CUstream_st *stream)
+{
+        struct mv_args a;
+        int r = check(w, x, ldx, y, ldy, batch, M40_CUDA_MATMUL_MAX_BATCH, &a);
+
+        return r < 0 ? r : launch(&a, w->type, 1, stream);
+}
+
+extern "C" int m40_cuda_matmul(const struct m40_cuda_matrix *w, const float *x, size_t ldx,
+                               float *y, size_t ldy, uint32_t batch, struct CUstream_st *stream)
+{
+        if (batch <= M40_CUDA_MATVEC_MAX_BATCH)
+                return m40_cuda_matvec(w, x, ldx, y, ldy, batch, stream);
+        return m40_cuda_matmul_tiled(w, x, ldx, y, ldy, batch, stream);
+}

@@ -1,0 +1,414 @@
+/* cuda/matvec.cuh - weight matrix times activations, FP32 arithmetic on the weights'
+ * own storage (fp16, bf16, quantized blocks): the kernels, the inner loops a
+ * persistent kernel calls, and their launch templates.
+ *
+ * Computes y[c][o] = sum_k W[o][k] * x[c][k] for c < nb (batch, 1..64), o < n_out, with
+ * W (n_out, n_in) in GGML type T (rows of row_bytes bytes) and x (nb, ldx), y (nb, ldy)
+ * row-major floats: the CPU engine's m40_cpu_matmul() (daemon/engine/matmul.h).
+ *
+ * k_matvec<T, NB, R, VEC> - batch 1..8 (NB = 1, 2, 4, 8 columns, nb <= NB): the
+ *   bandwidth kernel. Launch: 256 threads = 8 warps per block, 1-D grid. Each warp owns
+ *   R consecutive rows (1 to 4, see mv_rows) and a 1/S share of their pieces (S = 1, 2, 4
+ *   or 8 warps of one block split a row group when rows are few, so every SM has warps
+ *   to hide latency). Lane l takes pieces l, l + 32, ...: adjacent lanes read adjacent
+ *   bytes of a row, every weight is loaded once and used for NB columns, every
+ *   activation run is loaded once (16-byte read-only loads) and used for R rows. Sums:
+ *   per lane and scale group, then the group scale, then a warp shuffle tree, then the
+ *   S partials in split order: deterministic.
+ * k_matmul<T, TM, TN> - batch 1..64 in tiles: TM rows (64, or 16 for small matrices)
+ *   x TN columns (16, 32, 64) per 256-thread block, k in steps of 32: 4 threads per row
+ *   dequantize 8 weights each (deq8) into a shared tile, 4 per column load 8
+ *   activations each, then every thread accumulates a TM/16 x TN/16 block of outputs
+ *   from the two tiles. Grid (ceil(n_out / TM), ceil(nb / TN)).
+ * Both write exactly y[c][o] for c < nb, o < n_out, nothing else, and read x only at
+ * k < n_in. No atomics: a result does not depend on timing.
+ *
+ * Tolerance against the double-precision dot product of the dequantized weights: the
+ * error of FP32 sums, at most ~1e-6 of sum |w x| for the shapes tested (quant.cuh says
+ * why the 4/5/6-bit paths come closest); tests/gpu/test_matvec.c bounds it at 1e-5.
+ * Maxwell-clean (sm_52): shuffles (sm_30), __ldg, no sm_60+ feature. */
+#ifndef M40_CUDA_MATVEC_CUH
+#define M40_CUDA_MATVEC_CUH
+
+#include <cuda_runtime.h>
+
+#include "cuda/launch.h"
+#include "cuda/matvec.h"
+#include "cuda/quant.cuh"
+
+#define MV_THREADS 256
+#define MV_WARPS   (MV_THREADS / 32)
+#define MM_THREADS 256
+#define MM_KS      32 /* k per k_matmul step */
+
+static_assert(MM_THREADS == 64 * 4, "k_matmul: 4 threads dequantize a row's 32 weights");
+static_assert(MV_WARPS == 8, "k_matvec splits rows over up to 8 warps of a block");
+
+/* The arguments every launcher takes (checked by matvec.cu). */
+struct mv_args {
+        const uint8_t *w;
+        size_t row_bytes;
+        int n_out, n_in;
+        const float *x;
+        int ldx;
+        float *y;
+        int ldy;
+        int nb;
+        bool vec; /* rows and x are 16-byte aligned (float types: whole-piece loads) */
+};
+
+/* Activations x[off .. off + 3] of one column; past n_in (float types' last piece)
+ * they read as 0 and are not loaded. */
+template <bool TAIL> M40_HD void load_x4(const float *x, int off, int n_in, float v[4])
+{
+        if (TAIL && off + 4 > n_in) {
+                for (int i = 0; i < 4; i++)
+                        v[i] = off + i < n_in ? ld_f32(x + off + i) : 0.0f;
+                return;
+        }
+        const float4 f = ld_f4(x + off);
+        v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
+}
+
+/* The R rows' raw bytes of piece p (rows at or past nrows are not read). */
+template <int T, int R, bool VEC>
+M40_HD void mv_load(typename qt<T>::raw raw[R], const uint8_t *w, size_t row_bytes, int nrows,
+                    int n_in, int p)
+{
+        M40_UNROLL
+        for (int r = 0; r < R; r++)
+                if (r < nrows)
+                        qt<T>::template load<VEC>(raw[r], w + r * row_bytes, p, n_in);
+}
+
+/* Piece p of R rows (already loaded) times NB columns, added to acc. Per scale group
+ * g: s = sum v * x and, when the type needs it, xs = sum x; then acc += d * s + m * xs
+ * (weight = d * v + m, quant.cuh). Activation runs are loaded once for all R rows. */
+template <int T, int NB, int R>
+M40_HD void mv_piece(const typename qt<T>::raw raw[R], int nrows, int n_in, int p, const float *x,
+                     int ldx, int nb, float acc[R][NB])
+{
+        typedef qt<T> Q;
+        enum { RPG = Q::NRUN / Q::NG }; /* runs per scale group */
+
+        M40_UNROLL
+        for (int g = 0; g < Q::NG; g++) {
+                float s[R][NB], xs[NB];
+
+                M40_UNROLL
+                for (int c = 0; c < NB; c++) {
+                        xs[c] = 0.0f;
+                        M40_UNROLL
+                        for (int r = 0; r < R; r++)
+                                s[r][c] = 0.0f;
+                }
+                M40_UNROLL
+                for (int jj = 0; jj < RPG; jj++) {
+                        const int j = g * RPG + jj, xo = Q::xoff(p, j);
+                        float xv[NB][4];
+
+                        M40_UNROLL
+                        for (int c = 0; c < NB; c++) {
+                                if (c < nb) {
+                                        load_x4<Q::TAIL>(x + c * ldx, xo, n_in, xv[c]);
+                                } else {
+                                        xv[c][0] = xv[c][1] = xv[c][2] = xv[c][3] = 0.0f;
+                                }
+                                if (Q::XSUM)
+                                        xs[c] += (xv[c][0] + xv[c][1]) + (xv[c][2] + xv[c][3]);
+                        }
+                        M40_UNROLL
+                        for (int r = 0; r < R; r++) {
+                                float v[4];
+
+                                if (r >= nrows)
+                                        continue;
+                                Q::run(raw[r], p, j, v);
+                                M40_UNROLL
+                                for (int c = 0; c < NB; c++)
+                                        M40_UNROLL
+                                for (int i = 0; i < 4; i++)
+                                        s[r][c] = fmaf(v[i], xv[c][i], s[r][c]);
+                        }
+                }
+                M40_UNROLL
+                for (int r = 0; r < R; r++) {
+                        float d, m;
+
+                        if (r >= nrows)
+                                continue;
+                        Q::scale(raw[r], p, g, &d, &m);
+                        M40_UNROLL
+                        for (int c = 0; c < NB; c++) {
+                                acc[r][c] = fmaf(d, s[r][c], acc[r][c]);
+                                if (Q::XSUM)
+                                        acc[r][c] = fmaf(m, xs[c], acc[r][c]);
+                        }
+                }
+        }
+}
+
+/* matvec_lane - the inner loop: one lane's share of R rows times NB columns.
+ * Rows w + r * row_bytes for r < nrows (<= R); pieces p_begin + lane, + nlanes, ...
+ * below p_end; adds to acc[r][c] for c < nb (<= NB). A persistent kernel calls it with
+ * its own lane/piece split and reduces acc itself. (Loading the next piece before
+ * computing this one was tried: the extra registers cost more warps per SM than the
+ * overlap gained, 10-20% slower on an H100.) */
+template <int T, int NB, int R, bool VEC>
+M40_HD void matvec_lane(const uint8_t *w, size_t row_bytes, int nrows, int n_in, int p_begin,
+                        int p_end, int lane, int nlanes, const float *x, int ldx, int nb,
+                        float acc[R][NB])
+{
+        for (int p = p_begin + lane; p < p_end; p += nlanes) {
+                typename qt<T>::raw raw[R];
+
+                mv_load<T, R, VEC>(raw, w, row_bytes, nrows, n_in, p);
+                mv_piece<T, NB, R>(raw, nrows, n_in, p, x, ldx, nb, acc);
+        }
+}
+
+/* Sum v over the 32 lanes of a warp; every lane gets the total. */
+template <int N> static __device__ __forceinline__ void warp_sum(float *v)
+{
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1)
+#pragma unroll
+                for (int i = 0; i < N; i++)
+                        v[i] += __shfl_xor_sync(0xffffffffu, v[i], off);
+}
+
+template <int T, int NB, int R, bool VEC>
+static __global__ void __launch_bounds__(MV_THREADS, 2)
+        k_matvec(const uint8_t *__restrict__ w, size_t row_bytes, int n_out, int n_in,
+                 const float *__restrict__ x, int ldx, int nb, float *__restrict__ y, int ldy,
+                 int split_log2)
+{
+        __shared__ float part[MV_WARPS][R * NB];
+        const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+        const int item = blockIdx.x * MV_WARPS + warp;
+        const int split = item & ((1 << split_log2) - 1);
+        const int row0 = (item >> split_log2) * R;
+        const int nrows = n_out - row0 < R ? n_out - row0 : R;
+        const int np = qt<T>::pieces(n_in), steps = (np + 31) >> 5;
+        const int p0 = 32 * ((steps * split) >> split_log2);
+        const int p1 = 32 * ((steps * (split + 1)) >> split_log2);
+        float acc[R][NB];
+
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+                for (int c = 0; c < NB; c++)
+                        acc[r][c] = 0.0f;
+        if (nrows > 0)
+                matvec_lane<T, NB, R, VEC>(w + (size_t)row0 * row_bytes, row_bytes, nrows, n_in, p0,
+                                           p1 < np ? p1 : np, lane, 32, x, ldx, nb, acc);
+        warp_sum<R * NB>(&acc[0][0]);
+
+        if (split_log2 == 0) { /* the same for the whole grid: no barrier below is skipped */
+#pragma unroll
+                for (int r = 0; r < R; r++)
+#pragma unroll
+                        for (int c = 0; c < NB; c++)
+                                if (lane == r * NB + c && r < nrows && c < nb)
+                                        y[(size_t)c * ldy + row0 + r] = acc[r][c];
+                return;
+        }
+        if (lane == 0)
+#pragma unroll
+                for (int i = 0; i < R * NB; i++)
+                        part[warp][i] = (&acc[0][0])[i];
+        __syncthreads();
+        if (split == 0 && lane < R * NB) {
+                const int r = lane / NB, c = lane % NB;
+
+                if (r < nrows && c < nb) {
+                        float sum = 0.0f;
+
+                        for (int k = 0; k < (1 << split_log2); k++)
+                                sum += part[warp + k][lane];
+                        y[(size_t)c * ldy + row0 + r] = sum;
+                }
+        }
+}
+
+template <int T, int TM, int TN>
+static __global__ void __launch_bounds__(MM_THREADS)
+        k_matmul(const uint8_t *__restrict__ w, size_t row_bytes, int n_out, int n_in,
+                 const float *__restrict__ x, int ldx, int nb, float *__restrict__ y, int ldy)
+{
+        enum { MR = TM / 16, NR = TN / 16 }; /* outputs per thread: MR rows x NR columns */
+        static_assert(TM == 16 || TM == 64, "k_matmul: TM is 16 or 64");
+        static_assert(TN == 16 || TN == 32 || TN == 64, "k_matmul: TN is 16, 32 or 64");
+        __shared__ __align__(16) float ws[MM_KS][TM + 4];
+        __shared__ __align__(16) float xs[MM_KS][TN + 4];
+        const int t = threadIdx.x, lr = t >> 2, lq = t & 3, ty = t >> 4, tx = t & 15;
+        const int row0 = blockIdx.x * TM, col0 = blockIdx.y * TN;
+        const bool wok = lr < TM && row0 + lr < n_out, xok = lr < TN && col0 + lr < nb;
+        const uint8_t *wrow = w + (size_t)(wok ? row0 + lr : 0) * row_bytes;
+        const float *xrow = x + (size_t)(xok ? col0 + lr : 0) * ldx;
+        float acc[MR][NR];
+
+#pragma unroll
+        for (int i = 0; i < MR; i++)
+#pragma unroll
+                for (int j = 0; j < NR; j++)
+                        acc[i][j] = 0.0f;
+
+        for (int k0 = 0; k0 < n_in; k0 += MM_KS) {
+                const int k = k0 + 8 * lq;
+                float v[8];
+
+                if (lr < TM) {
+                        if (wok && k < n_in) {
+                                qt<T>::deq8(wrow, k, n_in, v);
+                        } else {
+#pragma unroll
+                                for (int i = 0; i < 8; i++)
+                                        v[i] = 0.0f;
+                        }
+#pragma unroll
+                        for (int i = 0; i < 8; i++)
+                                ws[8 * lq + i][lr] = v[i];
+                }
+                if (lr < TN) {
+                        if (xok && k + 8 <= n_in) {
+                                load_x4<false>(xrow, k, n_in, v);
+                                load_x4<false>(xrow, k + 4, n_in, v + 4);
+                        } else {
+#pragma unroll
+                                for (int i = 0; i < 8; i++)
+                                        v[i] = xok && k + i < n_in ? ld_f32(xrow + k + i) : 0.0f;
+                        }
+#pragma unroll
+                        for (int i = 0; i < 8; i++)
+                                xs[8 * lq + i][lr] = v[i];
+                }
+                __syncthreads();
+#pragma unroll 8
+                for (int kk = 0; kk < MM_KS; kk++) {
+                        float a[MR], b[NR];
+
+#pragma unroll
+                        for (int i = 0; i < MR; i++)
+                                a[i] = ws[kk][MR * ty + i];
+#pragma unroll
+                        for (int j = 0; j < NR; j++)
+                                b[j] = xs[kk][NR * tx + j];
+#pragma unroll
+                        for (int i = 0; i < MR; i++)
+#pragma unroll
+                                for (int j = 0; j < NR; j++)
+                                        acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+                }
+                __syncthreads();
+        }
+#pragma unroll
+        for (int i = 0; i < MR; i++)
+#pragma unroll
+                for (int j = 0; j < NR; j++) {
+                        const int o = row0 + MR * ty + i, c = col0 + NR * tx + j;
+
+                        if (o < n_out && c < nb)
+                                y[(size_t)c * ldy + o] = acc[i][j];
+                }
+}
+
+/* Warps per row group for k_matvec (log2): split rows over warps until the grid has
+ * about 16 warps per SM. */
+static inline int mv_split_log2(int groups, int sms)
+{
+        int s = 0;
+
+        while (s < 3 && (long)groups << s < 16L * sms)
+                s++;
+        return s;
+}
+
+template <int T, int NB, int R, bool VEC>
+static int launch_mv(const struct mv_args *a, int sms, cudaStream_t stream)
+{
+        const int groups = (a->n_out + R - 1) / R, sl = mv_split_log2(groups, sms);
+        const long items = (long)groups << sl;
+        const unsigned blocks = (unsigned)((items + MV_WARPS - 1) / MV_WARPS);
+
+        k_matvec<T, NB, R, VEC><<<blocks, MV_THREADS, 0, stream>>>(
+                a->w, a->row_bytes, a->n_out, a->n_in, a->x, a->ldx, a->nb, a->y, a->ldy, sl);
+        return m40_cuda_launch_status("k_matvec");
+}
+
+/* Rows per warp: as many as registers allow (at most 128 per thread, so that two
+ * blocks fit an SM of 64K registers), to reuse each activation run for several rows. */
+template <int T, int NB> struct mv_rows {
+        enum { WORDS = sizeof(typename qt<T>::raw) / 4 }; /* registers a piece holds */
+        enum {
+                R = NB <= 2   ? (WORDS <= 8 ? 4 : 2)
+                    : NB <= 4 ? (WORDS <= 4 ? 4 : 1)
+                              : (WORDS <= 4 ? 2 : 1)
+        };
+};
+
+template <int T, bool VEC>
+static int launch_matvec_t(const struct mv_args *a, int sms, cudaStream_t stream)
+{
+        if (a->nb == 1)
+                return launch_mv<T, 1, mv_rows<T, 1>::R, VEC>(a, sms, stream);
+        if (a->nb == 2)
+                return launch_mv<T, 2, mv_rows<T, 2>::R, VEC>(a, sms, stream);
+        if (a->nb <= 4)
+                return launch_mv<T, 4, mv_rows<T, 4>::R, VEC>(a, sms, stream);
+        return launch_mv<T, 8, mv_rows<T, 8>::R, VEC>(a, sms, stream);
+}
+
+/* k_matvec for type T: the float types pick whole-vector loads when rows allow. */
+template <int T> static int launch_matvec(const struct mv_args *a, int sms, cudaStream_t stream)
+{
+        if (qt<T>::TAIL && !a->vec) /* block types instantiate VEC = true only */
+                return launch_matvec_t<T, !qt<T>::TAIL>(a, sms, stream);
+        return launch_matvec_t<T, true>(a, sms, stream);
+}
+
+template <int T, int TM, int TN> static int launch_mm(const struct mv_args *a, cudaStream_t stream)
+{
+        const dim3 grid((unsigned)((a->n_out + TM - 1) / TM), (unsigned)((a->nb + TN - 1) / TN));
+
+        k_matmul<T, TM, TN><<<grid, MM_THREADS, 0, stream>>>(a->w, a->row_bytes, a->n_out, a->n_in,
+                                                             a->x, a->ldx, a->nb, a->y, a->ldy);
+        return m40_cuda_launch_status("k_matmul");
+}
+
+/* Tiles: TN the narrowest of 16, 32, 64 that holds the batch, 64 rows per block when
+ * that still gives two blocks per SM, else 16 rows (and, if even that is too few, 16
+ * columns): small matrices need many blocks more than large tiles. */
+template <int T> static int launch_matmul(const struct mv_args *a, int sms, cudaStream_t stream)
+{
+        const long want = 2L * sms, r64 = (a->n_out + 63) / 64, r16 = (a->n_out + 15) / 16;
+        const int tn = a->nb <= 16 ? 16 : a->nb <= 32 ? 32 : 64;
+        const long cols = (a->nb + tn - 1) / tn;
+
+        if (r64 * cols >= want)
+                return tn == 16   ? launch_mm<T, 64, 16>(a, stream)
+                       : tn == 32 ? launch_mm<T, 64, 32>(a, stream)
+                                  : launch_mm<T, 64, 64>(a, stream);
+        if (r16 * cols >= want || tn == 16)
+                return tn == 16   ? launch_mm<T, 16, 16>(a, stream)
+                       : tn == 32 ? launch_mm<T, 16, 32>(a, stream)
+                                  : launch_mm<T, 16, 64>(a, stream);
+        return launch_mm<T, 16, 16>(a, stream);
+}
+
+/* The per-family entry points (matvec_f.cu, matvec_q.cu, matvec_k.cu): launch the
+ * matrix-vector (tiled = 0) or tiled (1) kernel for a type of the family; -ENOTSUP
+ * for a type of another family. */
+int m40_mv_launch_f(uint32_t type, const struct mv_args *a, int tiled, int sms,
+                    cudaStream_t stream);
+int m40_mv_launch_q(uint32_t type, const struct mv_args *a, int tiled, int sms,
+                    cudaStream_t stream);
+int m40_mv_launch_k(uint32_t type, const struct mv_args *a, int tiled, int sms,
+                    cudaStream_t stream);
+
+/* One family file's body: FAMILY is its entry point, the types are its cases. */
+#define M40_MV_CASE(T)                                                                             \
+        case T:                                                                                    \
+                return tiled ? launch_matmul<T>(a, sms, stream) : launch_matvec<T>(a, sms, stream);
+
+#endif

@@ -1,0 +1,650 @@
+/* cuda/quant.cuh - reading GGML weight blocks on the GPU: loads, exact conversions,
+ * and one decoder per weight type (F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q5_K Q6_K).
+ *
+ * Computes: the same numbers as the CPU engine's m40_cpu_dequant() (daemon/engine/
+ * quant.h). deq8() is exact: every quant becomes a float without rounding (f16 by
+ * cvt.f32.f16, bf16 by a shift, small integers by the 2^23 trick of bytes_f4()), then
+ * the scale is applied in FP32. The pieces are exact too but cheaper for the 4/5/6-bit
+ * quants: one byte permute makes v = 0.5 + q * 2^S / 256 (nib_f4()), and the group's
+ * scale and offset are rewritten so that d * v + m is still the weight; the GEMV then
+ * sums v * x and x per group and applies d and m once. Tolerance: only the FP32
+ * rounding of those sums, amplified (256 >> S) / 2 = 16 (4-bit), 32 (5-bit) or 64
+ * (6-bit) times through the 0.5 in v: a few 1e-7 of sum |w x| over long rows, up to
+ * ~1e-6 for single-block rows (the tests bound it at 1e-5).
+ *
+ * Two views of a block, both used by cuda/matvec.cuh:
+ *  - pieces, for the matrix-vector kernels: a row is cut into pieces of EPP elements
+ *    (8, or 32 for the K types), one per lane. A piece is loaded into registers once
+ *    (`raw`), then read as NRUN runs of 4 elements whose activations are 4 contiguous
+ *    floats at xoff(); runs fall into NG scale groups, and weight = d[g] * v + m[g]
+ *    (m is 0 unless XSUM: then the kernel needs each group's sum of x as well).
+ *  - deq8(): 8 contiguous weights, fully dequantized, for the tiled matrix kernels.
+ * Maxwell-clean: byte permutes, shifts, masks and FP32 adds/FMAs only; no __dp4a, no
+ * fp16 arithmetic; weight loads go through the read-only path (__ldg). 32-bit integer
+ * multiplies are avoided in the loops (Maxwell emulates them).
+ *
+ * Alignment contract: a weight row starts 2-byte aligned and every block type keeps
+ * the alignment its layout gives (Q4_1 4, Q5_1 8, Q4_K/Q5_K 16, F32 4), which holds
+ * when the tensor itself is 16-byte aligned. Everything here is __host__ __device__ so
+ * the decoders can be checked on the CPU as well. */
+#ifndef M40_CUDA_QUANT_CUH
+#define M40_CUDA_QUANT_CUH
+
+#include <stdint.h>
+#include <string.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+#include "model/ggml_type.h"
+#ifdef __cplusplus
+}
+#endif
+
+#define M40_HD static __host__ __device__ __forceinline__
+
+/* #pragma unroll for the device pass only (the host compiler does not know it). */
+#ifdef __CUDA_ARCH__
+#define M40_UNROLL _Pragma("unroll")
+#else
+#define M40_UNROLL
+#endif
+
+/* ---- loads (read-only path on the device) ---- */
+
+M40_HD uint32_t ld_u16(const uint8_t *p) /* p 2-aligned */
+{
+#ifdef __CUDA_ARCH__
+        return __ldg((const unsigned short *)p);
+#else
+        uint16_t v;
+        memcpy(&v, p, 2);
+        return v;
+#endif
+}
+
+M40_HD uint32_t ld_u8(const uint8_t *p)
+{
+#ifdef __CUDA_ARCH__
+        return __ldg((const unsigned char *)p);
+#else
+        return *p;
+#endif
+}
+
+M40_HD uint32_t ld_u32(const uint8_t *p) /* p 4-aligned */
+{
+#ifdef __CUDA_ARCH__
+        return __ldg((const unsigned int *)p);
+#else
+        uint32_t v;
+        memcpy(&v, p, 4);
+        return v;
+#endif
+}
+
+M40_HD uint2 ld_u64(const uint8_t *p) /* p 8-aligned */
+{
+#ifdef __CUDA_ARCH__
+        return __ldg((const uint2 *)p);
+#else
+        uint2 v;
+        memcpy(&v, p, 8);
+        return v;
+#endif
+}
+
+M40_HD uint4 ld_u128(const uint8_t *p) /* p 16-aligned */
+{
+#ifdef __CUDA_ARCH__
+        return __ldg((const uint4 *)p);
+#else
+        uint4 v;
+        memcpy(&v, p, 16);
+        return v;
+#endif
+}
+
+M40_HD float ld_f32(const float *p)
+{
+#ifdef __CUDA_ARCH__
+        return __ldg(p);
+#else
+        return *p;
+#endif
+}
+
+M40_HD float4 ld_f4(const float *p) /* p 16-aligned */
+{
+#ifdef __CUDA_ARCH__
+        return __ldg((const float4 *)p);
+#else
+        float4 v;
+        memcpy(&v, p, 16);
+        return v;
+#endif
+}
+
+/* ---- bit tools ---- */
+
+M40_HD uint32_t perm(uint32_t a, uint32_t b, uint32_t sel) /* __byte_perm */
+{
+#ifdef __CUDA_ARCH__
+        return __byte_perm(a, b, sel);
+#else
+        uint64_t x = ((uint64_t)b << 32) | a;
+        uint32_t r = 0;
+
+        for (int i = 0; i < 4; i++)
+                r |= (uint32_t)((x >> (8 * ((sel >> (4 * i)) & 7))) & 0xff) << (8 * i);
+        return r;
+#endif
+}
+
+/* 4 bytes at a 2-aligned address, as two 16-bit loads. */
+M40_HD uint32_t ld_u32_a2(const uint8_t *p)
+{
+        return perm(ld_u16(p), ld_u16(p + 2), 0x5410);
+}
+
+M40_HD float as_float(uint32_t u)
+{
+#ifdef __CUDA_ARCH__
+        return __uint_as_float(u);
+#else
+        float f;
+        memcpy(&f, &u, 4);
+        return f;
+#endif
+}
+
+/* IEEE half (low 16 bits of h) to float, exactly. */
+M40_HD float h2f(uint32_t h)
+{
+#ifdef __CUDA_ARCH__
+        unsigned short hs = (unsigned short)h;
+        float f;
+
+        asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(hs));
+        return f;
+#else
+        uint32_t sign = (h & 0x8000u) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff;
+
+        if (e == 0x1f)
+                return as_float(sign | 0x7f800000u | (m << 13));
+        if (e == 0) {
+                float f = (float)m * 0x1p-24f;
+                return sign ? -f : f;
+        }
+        return as_float(sign | ((e + 112) << 23) | (m << 13));
+#endif
+}
+
+M40_HD float bf2f(uint32_t h) /* bfloat16 in the low 16 bits */
+{
+        return as_float(h << 16);
+}
+
+/* The 4 bytes of w (each 0..255) as floats minus OFF, exactly: byte b is put in the
+ * mantissa of 2^23 (0x4B0000bb = 8388608 + b) by one byte permute, and one FP32 add
+ * takes 2^23 + OFF away. */
+template <int OFF> M40_HD void bytes_f4(uint32_t w, float v[4])
+{
+        const float k = 8388608.0f + (float)OFF;
+
+        v[0] = as_float(perm(w, 0x4B000000u, 0x7440)) - k;
+        v[1] = as_float(perm(w, 0x4B000000u, 0x7441)) - k;
+        v[2] = as_float(perm(w, 0x4B000000u, 0x7442)) - k;
+        v[3] = as_float(perm(w, 0x4B000000u, 0x7443)) - k;
+}
+
+/* The 4 bytes of w (each 0..127) as v = 0.5 + b/256, exactly, with one byte permute
+ * each: 0x3F bb 00 00 is 2^-1 * (1 + b * 2^16 / 2^23). Callers put a quant q of n bits
+ * there as b = q << S, S = 7 - n (as high as it fits, so the rounding of the sums is
+ * amplified least); then q - OFF = (256 >> S) v - (128 >> S) - OFF, which the scale
+ * functions fold into the group's d and m (nib_dm()). */
+M40_HD void nib_f4(uint32_t w, float v[4])
+{
+        v[0] = as_float(perm(w, 0x3F000000u, 0x7044));
+        v[1] = as_float(perm(w, 0x3F000000u, 0x7144));
+        v[2] = as_float(perm(w, 0x3F000000u, 0x7244));
+        v[3] = as_float(perm(w, 0x3F000000u, 0x7344));
+}
+
+/* d and m of a group whose weights are d0 * (q - off) + m0, for nib_f4() values. */
+template <int S> M40_HD void nib_dm(float d0, float m0, float off, float *d, float *m)
+{
+        *d = (float)(256 >> S) * d0;
+        *m = m0 - ((float)(128 >> S) + off) * d0;
+}
+
+#define LO4(w)  ((w)&0x0F0F0F0Fu)
+#define HI4(w)  (((w) >> 4) & 0x0F0F0F0Fu)
+#define LO4S(w) (((w) << 3) & 0x78787878u) /* LO4(w) << 3: for nib_f4 with S = 3 */
+#define HI4S(w) (((w) >> 1) & 0x78787878u) /* HI4(w) << 3 */
+
+/* Bits 0..3 of hb moved to bit 4 of bytes 0..3 (the 5th bit of four Q5 quants).
+ * hb * 0x204081 places copies at bits 0, 7, 14, 21: shifts and adds, no multiplier. */
+M40_HD uint32_t spread4(uint32_t hb)
+{
+        uint32_t t = hb | (hb << 7);
+
+        t |= t << 14;
+        return (t & 0x01010101u) << 4;
+}
+
+/* Q4_K / Q5_K: the 6-bit scale and min of sub-block sb (0..7) from the 12 scale bytes
+ * (bytes 4..15 of the block header h), as ggml's get_scale_min_k4(). */
+M40_HD void k4_scale_min(uint4 h, int sb, uint32_t *sc, uint32_t *mn)
+{
+        const uint32_t s0 = h.y, s1 = h.z, s2 = h.w;
+        const int sh = 8 * (sb & 3);
+
+        if (sb < 4) {
+                *sc = (s0 >> sh) & 63;
+                *mn = (s1 >> sh) & 63;
+        } else {
+                *sc = ((s2 >> sh) & 0xF) | (((s0 >> sh) >> 6 & 3) << 4);
+                *mn = ((s2 >> sh) >> 4 & 0xF) | (((s1 >> sh) >> 6 & 3) << 4);
+        }
+}
+
+/* The scales and mins of sub-blocks 2j and 2j + 1 at once, branch-free: two 6-bit
+ * values per 16-bit field, (sc0 | sc1 << 8) and (mn0 | mn1 << 8). */
+M40_HD void k4_scale_pair(uint4 h, int j, uint32_t *sc, uint32_t *mn)
+{
+        const int sh = 16 * (j & 1);
+        const uint32_t a0 = h.y >> sh, a1 = h.z >> sh, a2 = h.w >> sh;
+        const uint32_t lo_sc = a0 & 0x3F3F, lo_mn = a1 & 0x3F3F;
+        const uint32_t hi_sc = (a2 & 0x0F0F) | ((a0 >> 2) & 0x3030);
+        const uint32_t hi_mn = ((a2 >> 4) & 0x0F0F) | ((a1 >> 2) & 0x3030);
+
+        *sc = j < 2 ? lo_sc : hi_sc;
+        *mn = j < 2 ? lo_mn : hi_mn;
+}
+
+/* ---- the decoders ---- */
+
+template <int T> struct qt;
+
+/* The float types: a piece is 8 consecutive elements; rows of any length (the last
+ * piece may be partial: what lies past n_in reads as 0). VEC: rows are 16-byte
+ * aligned, so whole pieces load as 16-byte vectors. */
+template <> struct qt<M40_GGML_F32> {
+        enum { EPP = 8, NRUN = 2, NG = 1, XSUM = 0, TAIL = 1, ESIZE = 4 };
+        struct raw {
+                float f[8];
+        };
+        M40_HD int pieces(int n_in)
+        {
+                return (n_in + 7) >> 3;
+        }
+        template <bool VEC> M40_HD void load(raw &r, const uint8_t *row, int p, int n_in)
+        {
+                const float *q = (const float *)row + 8 * p;
+
+                if (VEC && 8 * p + 8 <= n_in) {
+                        float4 a = ld_f4(q), b = ld_f4(q + 4);
+                        r.f[0] = a.x, r.f[1] = a.y, r.f[2] = a.z, r.f[3] = a.w;
+                        r.f[4] = b.x, r.f[5] = b.y, r.f[6] = b.z, r.f[7] = b.w;
+                } else {
+                        for (int i = 0; i < 8; i++)
+                                r.f[i] = 8 * p + i < n_in ? ld_f32(q + i) : 0.0f;
+                }
+        }
+        M40_HD void scale(const raw &, int, int, float *d, float *m)
+        {
+                *d = 1.0f;
+                *m = 0.0f;
+        }
+        M40_HD void run(const raw &r, int, int j, float v[4])
+        {
+                for (int i = 0; i < 4; i++)
+                        v[i] = r.f[4 * j + i];
+        }
+        M40_HD int xoff(int p, int j)
+        {
+                return 8 * p + 4 * j;
+        }
+        M40_HD void deq8(const uint8_t *row, int k0, int n_in, float w[8])
+        {
+                const float *q = (const float *)row + k0;
+
+                for (int i = 0; i < 8; i++)
+                        w[i] = k0 + i < n_in ? ld_f32(q + i) : 0.0f;
+        }
+};
+
+/* F16 and BF16 differ only in the conversion. */
+template <bool BF> struct qt_half {
+        enum { EPP = 8, NRUN = 2, NG = 1, XSUM = 0, TAIL = 1, ESIZE = 2 };
+        struct raw {
+                uint32_t h[4]; /* 8 halves */
+        };
+        M40_HD float cvt(uint32_t h)
+        {
+                return BF ? bf2f(h & 0xffff) : h2f(h);
+        }
+        M40_HD int pieces(int n_in)
+        {
+                return (n_in + 7) >> 3;
+        }
+        template <bool VEC> M40_HD void load(raw &r, const uint8_t *row, int p, int n_in)
+        {
+                const uint8_t *q = row + 16 * p;
+
+                if (VEC && 8 * p + 8 <= n_in) {
+                        uint4 a = ld_u128(q);
+                        r.h[0] = a.x, r.h[1] = a.y, r.h[2] = a.z, r.h[3] = a.w;
+                } else {
+                        for (int i = 0; i < 4; i++) {
+                                uint32_t lo = 8 * p + 2 * i < n_in ? ld_u16(q + 4 * i) : 0;
+                                uint32_t hi = 8 * p + 2 * i + 1 < n_in ? ld_u16(q + 4 * i + 2) : 0;
+                                r.h[i] = lo | hi << 16;
+                        }
+                }
+        }
+        M40_HD void scale(const raw &, int, int, float *d, float *m)
+        {
+                *d = 1.0f;
+                *m = 0.0f;
+        }
+        M40_HD void run(const raw &r, int, int j, float v[4])
+        {
+                v[0] = cvt(r.h[2 * j] & 0xffff);
+                v[1] = cvt(r.h[2 * j] >> 16);
+                v[2] = cvt(r.h[2 * j + 1] & 0xffff);
+                v[3] = cvt(r.h[2 * j + 1] >> 16);
+        }
+        M40_HD int xoff(int p, int j)
+        {
+                return 8 * p + 4 * j;
+        }
+        M40_HD void deq8(const uint8_t *row, int k0, int n_in, float w[8])
+        {
+                for (int i = 0; i < 8; i++)
+                        w[i] = k0 + i < n_in ? cvt(ld_u16(row + 2 * (k0 + i))) : 0.0f;
+        }
+};
+template <> struct qt<M40_GGML_F16> : qt_half<false> {
+};
+template <> struct qt<M40_GGML_BF16> : qt_half<true> {
+};
+
+/* Q8_0: d (f16), 32 x int8; x = q * d. Piece s of a block: elements 8s..8s+7. */
+template <> struct qt<M40_GGML_Q8_0> {
+        enum { EPP = 8, NRUN = 2, NG = 1, XSUM = 0, TAIL = 0, BB = 34 };
+        struct raw {
+                uint32_t d, q[2];
+        };
+        M40_HD int pieces(int n_in)
+        {
+                return n_in >> 3;
+        }
+        template <bool VEC> M40_HD void load(raw &r, const uint8_t *row, int p, int)
+        {
+                const uint8_t *b = row + (p >> 2) * BB, *q = b + 2 + 8 * (p & 3);
+
+                r.d = ld_u16(b);
+                r.q[0] = ld_u32_a2(q);
+                r.q[1] = ld_u32_a2(q + 4);
+        }
+        M40_HD void scale(const raw &r, int, int, float *d, float *m)
+        {
+                *d = h2f(r.d);
+                *m = 0.0f;
+        }
+        M40_HD void run(const raw &r, int, int j, float v[4])
+        {
+                bytes_f4<128>(r.q[j] ^ 0x80808080u, v); /* int8 + 128 as a byte */
+        }
+        M40_HD int xoff(int p, int j)
+        {
+                return 8 * p + 4 * j;
+        }
+        M40_HD void deq8(const uint8_t *row, int k0, int, float w[8])
+        {
+                const uint8_t *b = row + (k0 >> 5) * BB;
+                const float d = h2f(ld_u16(b));
+
+                bytes_f4<128>(ld_u32_a2(b + 2 + (k0 & 31)) ^ 0x80808080u, w);
+                bytes_f4<128>(ld_u32_a2(b + 6 + (k0 & 31)) ^ 0x80808080u, w + 4);
+                for (int i = 0; i < 8; i++)
+                        w[i] *= d;
+        }
+};
+
+/* The 32-element 4/5-bit types: byte i of qs holds element i (low nibble) and
+ * element i + 16 (high nibble). Piece s (0..3): qs bytes 4s..4s+3, i.e. elements
+ * 4s..4s+3 (run 0) and 16+4s..16+4s+3 (run 1). */
+template <int BBYTES, int QS, int QH, int OFF, bool HASMIN> struct qt_q32 {
+        enum { EPP = 8, NRUN = 2, NG = 1, XSUM = 1, TAIL = 0, BB = BBYTES };
+        struct raw {
+                uint32_t dm, qh, q;
+        };
+        M40_HD int pieces(int n_in)
+        {
+                return n_in >> 3;
+        }
+        /* d (and m) at 0; qh (when QH >= 0) and qs at their offsets. A block's alignment
+         * is that of BB: 4-byte loads where the layout allows them. */
+        M40_HD uint32_t ld4(const uint8_t *p)
+        {
+                return (BB % 4 == 0) ? ld_u32(p) : ld_u32_a2(p);
+        }
+        template <bool VEC> M40_HD void load(raw &r, const uint8_t *row, int p, int)
+        {
+                const uint8_t *b = row + (p >> 2) * BB;
+
+                r.dm = HASMIN ? ld_u32(b) : ld_u16(b);
+                r.qh = QH >= 0 ? ld4(b + (QH >= 0 ? QH : 0)) : 0;
+                r.q = ld4(b + QS + 4 * (p & 3));
+        }
+        enum { S = QH >= 0 ? 2 : 3 }; /* 5- or 4-bit quants, see nib_f4() */
+        M40_HD void scale(const raw &r, int, int, float *d, float *m)
+        {
+                nib_dm<S>(h2f(r.dm & 0xffff), HASMIN ? h2f(r.dm >> 16) : 0.0f, (float)OFF, d, m);
+        }
+        M40_HD void run(const raw &r, int p, int j, float v[4])
+        {
+                uint32_t q;
+
+                if (QH >= 0)
+                        q = ((j ? HI4(r.q) : LO4(r.q)) |
+                             spread4((r.qh >> (4 * (p & 3) + 16 * j)) & 0xF))
+                            << 2;
+                else
+                        q = j ? HI4S(r.q) : LO4S(r.q);
+                nib_f4(q, v);
+        }
+        M40_HD int xoff(int p, int j)
+        {
+                return 32 * (p >> 2) + 4 * (p & 3) + 16 * j;
+        }
+        M40_HD void deq8(const uint8_t *row, int k0, int, float w[8])
+        {
+                const uint8_t *b = row + (k0 >> 5) * BB;
+                const int o = k0 & 31, hi = o >= 16;
+                const uint32_t dm = HASMIN ? ld_u32(b) : ld_u16(b);
+                const uint32_t qh = QH >= 0 ? ld4(b + (QH >= 0 ? QH : 0)) : 0;
+                const float d = h2f(dm & 0xffff), m = HASMIN ? h2f(dm >> 16) : 0.0f;
+
+                for (int h = 0; h < 2; h++) {
+                        uint32_t q = ld4(b + QS + (o & 15) + 4 * h);
+
+                        q = hi ? HI4(q) : LO4(q);
+                        if (QH >= 0)
+                                q |= spread4((qh >> (o + 4 * h)) & 0xF);
+                        bytes_f4<OFF>(q, w + 4 * h);
+                }
+                for (int i = 0; i < 8; i++)
+                        w[i] = w[i] * d + m;
+        }
+};
+template <> struct qt<M40_GGML_Q4_0> : qt_q32<18, 2, -1, 8, false> {
+};
+template <> struct qt<M40_GGML_Q4_1> : qt_q32<20, 4, -1, 0, true> {
+};
+template <> struct qt<M40_GGML_Q5_0> : qt_q32<22, 6, 2, 16, false> {
+};
+template <> struct qt<M40_GGML_Q5_1> : qt_q32<24, 8, 4, 0, true> {
+};
+
+/* Q4_K and Q5_K (256 elements: d, dmin, 12 scale bytes, [qh 32,] qs 128): groups of 64
+ * elements j = 0..3 use qs bytes 32j..32j+31, low nibbles for sub-block 2j, high ones
+ * for 2j + 1; x = d * sc * q - dmin * mn. Piece s (0..7): j = s / 2, half hh = s % 2:
+ * qs bytes 32j + 16hh .. +15, elements 64j + 16hh + 0..15 (runs 0-3, group 0) and
+ * 64j + 32 + 16hh + 0..15 (runs 4-7, group 1). Q5_K's 5th bit of element l of group j
+ * is bit 2j (low) or 2j + 1 (high) of qh[l]. */
+template <bool Q5> struct qt_k45 {
+        enum { EPP = 32, NRUN = 8, NG = 2, XSUM = 1, TAIL = 0, BB = Q5 ? 176 : 144 };
+        enum { QS = Q5 ? 48 : 16 };
+        struct raw {
+                uint4 h, q, qh;
+        };
+        M40_HD int pieces(int n_in)
+        {
+                return n_in >> 5;
+        }
+        template <bool VEC> M40_HD void load(raw &r, const uint8_t *row, int p, int)
+        {
+                const uint8_t *b = row + (p >> 3) * BB;
+                const int j = (p & 7) >> 1, hh = p & 1;
+
+                r.h = ld_u128(b);
+                r.q = ld_u128(b + QS + 32 * j + 16 * hh);
+                if (Q5)
+                        r.qh = ld_u128(b + 16 + 16 * hh);
+        }
+        M40_HD void scale(const raw &r, int p, int g, float *d, float *m)
+        {
+                uint32_t sc, mn;
+
+                k4_scale_pair(r.h, (p & 7) >> 1, &sc, &mn);
+                nib_dm<Q5 ? 2 : 3>(h2f(r.h.x & 0xffff) * (float)((sc >> (8 * g)) & 0xff),
+                                   -h2f(r.h.x >> 16) * (float)((mn >> (8 * g)) & 0xff), 0.0f, d, m);
+        }
+        M40_HD uint32_t word(const uint4 &u, int i)
+        {
+                return i == 0 ? u.x : i == 1 ? u.y : i == 2 ? u.z : u.w;
+        }
+        M40_HD void run(const raw &r, int p, int t, float v[4])
+        {
+                const uint32_t w = word(r.q, t & 3);
+                uint32_t q;
+
+                if (Q5)
+                        q = ((t >= 4 ? HI4(w) : LO4(w)) |
+                             ((word(r.qh, t & 3) >> (2 * ((p & 7) >> 1) + (t >= 4))) & 0x01010101u)
+                                     << 4)
+                            << 2;
+                else
+                        q = t >= 4 ? HI4S(w) : LO4S(w);
+                nib_f4(q, v);
+        }
+        M40_HD int xoff(int p, int t)
+        {
+                return 256 * (p >> 3) + 64 * ((p & 7) >> 1) + 16 * (p & 1) + 4 * (t & 3) +
+                       (t >= 4 ? 32 : 0);
+        }
+        M40_HD void deq8(const uint8_t *row, int k0, int, float w[8])
+        {
+                const uint8_t *b = row + (k0 >> 8) * BB;
+                const int k = k0 & 255, sb = k >> 5, j = sb >> 1, hi = sb & 1, l = k & 31;
+                const uint4 h = ld_u128(b);
+                const uint2 q = ld_u64(b + QS + 32 * j + l);
+                uint2 qh = {0, 0};
+                uint32_t sc, mn;
+
+                if (Q5)
+                        qh = ld_u64(b + 16 + l);
+                k4_scale_min(h, sb, &sc, &mn);
+                const float d = h2f(h.x & 0xffff) * (float)sc, m = h2f(h.x >> 16) * (float)mn;
+                for (int e = 0; e < 2; e++) {
+                        const uint32_t qw = e ? q.y : q.x, hw = e ? qh.y : qh.x;
+                        uint32_t v = hi ? HI4(qw) : LO4(qw);
+
+                        if (Q5)
+                                v |= ((hw >> (2 * j + hi)) & 0x01010101u) << 4;
+                        bytes_f4<0>(v, w + 4 * e);
+                }
+                for (int i = 0; i < 8; i++)
+                        w[i] = w[i] * d - m;
+        }
+};
+template <> struct qt<M40_GGML_Q4_K> : qt_k45<false> {
+};
+template <> struct qt<M40_GGML_Q5_K> : qt_k45<true> {
+};
+
+/* Q6_K (256 elements: ql[128], qh[64], int8 scales[16], d): two halves n of 128; in a
+ * half, element 32m + l (m = 0..3, l = 0..31) is the low (m < 2) or high nibble of
+ * ql[64n + 32(m & 1) + l] with bits 2m, 2m+1 of qh[32n + l] on top, minus 32, times
+ * d * scales[8n + l / 16 + 2m]. Piece s (0..7): n = s / 4, l0 = 8 (s % 4): elements
+ * 128n + 32m + l0 + 0..7 for m = 0..3 (runs 2m, 2m + 1; group m). The block is only
+ * 2-aligned (210 bytes): 16-bit loads. */
+template <> struct qt<M40_GGML_Q6_K> {
+        enum { EPP = 32, NRUN = 8, NG = 4, XSUM = 1, TAIL = 0, BB = 210 };
+        struct raw {
+                uint32_t la[2], lb[2], qh[2], sc[2], d;
+        };
+        M40_HD int pieces(int n_in)
+        {
+                return n_in >> 5;
+        }
+        template <bool VEC> M40_HD void load(raw &r, const uint8_t *row, int p, int)
+        {
+                const uint8_t *b = row + (p >> 3) * BB;
+                const int n = (p >> 2) & 1, l0 = 8 * (p & 3);
+
+                r.la[0] = ld_u32_a2(b + 64 * n + l0);
+                r.la[1] = ld_u32_a2(b + 64 * n + l0 + 4);
+                r.lb[0] = ld_u32_a2(b + 64 * n + 32 + l0);
+                r.lb[1] = ld_u32_a2(b + 64 * n + 32 + l0 + 4);
+                r.qh[0] = ld_u32_a2(b + 128 + 32 * n + l0);
+                r.qh[1] = ld_u32_a2(b + 128 + 32 * n + l0 + 4);
+                r.sc[0] = ld_u32_a2(b + 192 + 8 * n);
+                r.sc[1] = ld_u32_a2(b + 192 + 8 * n + 4);
+                r.d = ld_u16(b + 208);
+        }
+        M40_HD void scale(const raw &r, int p, int g, float *d, float *m)
+        {
+                const int i = ((p & 3) >> 1) + 2 * g;          /* scale byte 0..7 of this half */
+                const uint32_t w = i >= 4 ? r.sc[1] : r.sc[0]; /* no register indexing */
+                const int8_t s = (int8_t)((w >> (8 * (i & 3))) & 0xff);
+
+                nib_dm<1>(h2f(r.d) * (float)s, 0.0f, 32.0f, d, m); /* 6-bit quants */
+        }
+        M40_HD void run(const raw &r, int, int t, float v[4])
+        {
+                const int m = t >> 1, e = t & 1;
+                const uint32_t src = (m & 1) ? r.lb[e] : r.la[e];
+                const uint32_t nib = m >= 2 ? HI4(src) : LO4(src);
+
+                nib_f4((nib | (((r.qh[e] >> (2 * m)) & 0x03030303u) << 4)) << 1, v);
+        }
+        M40_HD int xoff(int p, int t)
+        {
+                return 256 * (p >> 3) + 128 * ((p >> 2) & 1) + 32 * (t >> 1) + 8 * (p & 3) +
+                       4 * (t & 1);
+        }
+        M40_HD void deq8(const uint8_t *row, int k0, int, float w[8])
+        {
+                const uint8_t *b = row + (k0 >> 8) * BB;
+                const int k = k0 & 255, n = k >> 7, m = (k >> 5) & 3, l = k & 31;
+                const uint8_t *src = b + 64 * n + 32 * (m & 1) + l, *hp = b + 128 + 32 * n + l;
+                const int8_t s = (int8_t)ld_u8(b + 192 + 8 * n + (l >> 4) + 2 * m);
+                const float d = h2f(ld_u16(b + 208)) * (float)s;
+
+                for (int e = 0; e < 2; e++) {
+                        const uint32_t q = ld_u32_a2(src + 4 * e), h = ld_u32_a2(hp + 4 * e);
+                        const uint32_t nib = m >= 2 ? HI4(q) : LO4(q);
+
+                        bytes_f4<32>(nib | (((h >> (2 * m)) & 0x03030303u) << 4), w + 4 * e);
+                }
+                for (int i = 0; i < 8; i++)
+                        w[i] *= d;
+        }
+};
+
+#endif

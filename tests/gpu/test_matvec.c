@@ -1,0 +1,383 @@
+/* tests/gpu/test_matvec.c - the matrix kernels (cuda/matvec.h) against the CPU reference.
+ *
+ * Owns the checks that for every weight type (F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K
+ * Q5_K Q6_K), several shapes with ragged edges (rows not a multiple of the 4-row warp
+ * groups or 64-row tiles, row lengths not a multiple of 256 / 8 / 4, batches not a
+ * multiple of the tile), and batches 1..64 through each kernel (m40_cuda_matvec,
+ * m40_cuda_matmul_tiled, m40_cuda_matmul), every output element equals the reference
+ * within the type's bound (both tile sizes of the tiled kernel: a tall matrix makes it
+ * take the large one), and no element outside the output is written (y is poisoned
+ * with NaN first, guard columns and a guard row stay poisoned). Also the argument
+ * checks.
+ *
+ * Reference: the weights quantized by ggml's reference quantizers (tests/tools/
+ * quantize.h), decoded by the CPU engine's m40_cpu_dequant(), and the dot product with
+ * the activations taken in double precision. Error measure: |y - ref| / sum_k |w_k x_k|,
+ * the error relative to the size of the terms summed (what FP32 summation bounds; a plain
+ * relative error is meaningless where the terms cancel to nearly 0). Bound: 1e-5 for
+ * every type. The FP32 paths (F32 F16 BF16, whose weights convert exactly) and the exact
+ * ones (Q8_0; every tiled-kernel type: deq8 is exact) reach a few 1e-7; the 4/5/6-bit
+ * matrix-vector paths, whose sums carry an offset (quant.cuh's nib_f4), a few 1e-7 on
+ * long rows and ~1e-6 on single-block rows. Fresh random inputs on every run (seed printed;
+ * M40_TEST_SEED repeats one).
+ *
+ * Exit 0 pass, 1 fail, 77 skip (no GPU, or a build without CUDA). */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#ifndef M40_HAVE_CUDA
+
+int main(void)
+{
+        printf("SKIP: this build has no CUDA (meson -Dcuda=enabled)\n");
+        return 77;
+}
+
+#else
+
+#include <cuda_runtime_api.h>
+
+#include "cuda/matvec.h"
+#include "gputest.h"
+#include "model/ggml_type.h"
+#include "quantize.h"
+
+#ifdef M40_HAVE_ENGINE
+#include "engine/quant.h"
+#define REFERENCE "m40_cpu_dequant (CPU engine)"
+#else
+#define REFERENCE "m40_row_dequantize (tests/tools)"
+#endif
+
+#define MAX_TYPES 11
+
+struct tcase {
+        uint32_t type;
+        double bound;
+};
+
+static const struct tcase types[MAX_TYPES] = {
+        {M40_GGML_F32, 1e-5},  {M40_GGML_F16, 1e-5},  {M40_GGML_BF16, 1e-5}, {M40_GGML_Q8_0, 1e-5},
+        {M40_GGML_Q4_0, 1e-5}, {M40_GGML_Q4_1, 1e-5}, {M40_GGML_Q5_0, 1e-5}, {M40_GGML_Q5_1, 1e-5},
+        {M40_GGML_Q4_K, 1e-5}, {M40_GGML_Q5_K, 1e-5}, {M40_GGML_Q6_K, 1e-5},
+};
+
+enum { K_MATVEC, K_TILED, K_AUTO, K_COUNT };
+static const char *const kname[K_COUNT] = {"matvec", "tiled", "auto"};
+
+/* The worst error seen per type and kernel, and how many outputs were checked. */
+static double worst[MAX_TYPES][K_COUNT];
+static uint64_t checked[MAX_TYPES][K_COUNT];
+
+static uint64_t seed;
+
+/* One weight matrix: on the host (quantized and dequantized) and on the device. */
+struct mat {
+        uint32_t type;
+        uint32_t n_in, n_out;
+        size_t row_bytes;
+        uint8_t *q; /* n_out * row_bytes */
+        float *deq; /* n_out * n_in, what m40_cpu_dequant() makes of q */
+        void *dev;
+};
+
+static void mat_free(struct mat *m)
+{
+        free(m->q);
+        free(m->deq);
+        cudaFree(m->dev);
+        memset(m, 0, sizeof(*m));
+}
+
+static int mat_make(struct mat *m, uint32_t type, uint32_t n_in, uint32_t n_out)
+{
+        const struct m40_ggml_type_info *ti = m40_ggml_type_info(type);
+        float *row = malloc(sizeof(float) * n_in);
+        uint64_t rb = 0;
+        int r = -1;
+
+        memset(m, 0, sizeof(*m));
+        if (!ti || m40_ggml_row_size(type, n_in, &rb) < 0 || !row)
+                goto out;
+        m->type = type;
+        m->n_in = n_in;
+        m->n_out = n_out;
+        m->row_bytes = rb;
+        m->q = malloc(rb * n_out);
+        m->deq = malloc(sizeof(float) * n_in * n_out);
+        if (!m->q || !m->deq)
+                goto out;
+        for (uint32_t o = 0; o < n_out; o++) {
+                /* A spread of magnitudes along the row, so block scales differ. */
+                for (uint32_t k = 0; k < n_in; k++)
+                        row[k] = rng_normal(&seed) * (0.25f + (float)((k * 7 + o) % 13) / 8.0f);
+                if (m40_row_quantize(type, row, m->q + o * rb, n_in) < 0)
+                        goto out;
+#ifdef M40_HAVE_ENGINE
+                m40_cpu_dequant(type, m->q + o * rb, m->deq + (size_t)o * n_in,
+                                n_in / ti->block_size);
+#else
+                if (m40_row_dequantize(type, m->q + o * rb, m->deq + (size_t)o * n_in, n_in) < 0)
+                        goto out;
+#endif
+        }
+        if (cudaMalloc(&m->dev, rb * n_out + 256) != cudaSuccess ||
+            cudaMemcpy(m->dev, m->q, rb * n_out, cudaMemcpyHostToDevice) != cudaSuccess)
+                goto out;
+        r = 0;
+out:
+        free(row);
+        if (r < 0) {
+                fail("cannot set up a %s %ux%u matrix", m40_ggml_type_name(type), n_out, n_in);
+                mat_free(m);
+        }
+        return r;
+}
+
+static int is_poison(float v)
+{
+        uint32_t u;
+
+        memcpy(&u, &v, 4);
+        return u == 0xffffffffu;
+}
+
+/* Run kernel `k` for batch columns and check every output and guard. */
+static void run_case(const struct mat *m, int ti, int k, uint32_t batch)
+{
+        const size_t ldx = ((size_t)m->n_in + 3 + 4 * (batch & 1)) & ~(size_t)3;
+        const size_t ldy = (size_t)m->n_out + 3; /* 3 guard columns per row */
+        const size_t ny = ldy * (batch + 1);     /* and a guard row */
+        const struct m40_cuda_matrix w = {m->dev, m->type, m->n_in, m->n_out, m->row_bytes};
+        float *x = malloc(sizeof(float) * ldx * batch), *y = malloc(sizeof(float) * ny);
+        float *dx = NULL, *dy = NULL;
+        double maxe = 0.0;
+        int r, bad = 0;
+
+        if (!x || !y) {
+                fail("out of host memory");
+                goto out;
+        }
+        for (size_t i = 0; i < ldx * batch; i++)
+                x[i] = rng_normal(&seed);
+        if (cudaMalloc((void **)&dx, sizeof(float) * ldx * batch) != cudaSuccess ||
+            cudaMalloc((void **)&dy, sizeof(float) * ny) != cudaSuccess ||
+            cudaMemcpy(dx, x, sizeof(float) * ldx * batch, cudaMemcpyHostToDevice) != cudaSuccess ||
+            cudaMemset(dy, 0xff, sizeof(float) * ny) != cudaSuccess) {
+                fail("device buffers: %s", cudaGetErrorString(cudaGetLastError()));
+                goto out;
+        }
+        if (k == K_MATVEC)
+                r = m40_cuda_matvec(&w, dx, ldx, dy, ldy, batch, NULL);
+        else if (k == K_TILED)
+                r = m40_cuda_matmul_tiled(&w, dx, ldx, dy, ldy, batch, NULL);
+        else
+                r = m40_cuda_matmul(&w, dx, ldx, dy, ldy, batch, NULL);
+        if (r < 0) {
+                fail("%s %s %ux%u batch %u: %d (%s) %s", kname[k], m40_ggml_type_name(m->type),
+                     m->n_out, m->n_in, batch, r, m40_strerror(r), m40_cuda_last_error());
+                goto out;
+        }
+        if (cudaMemcpy(y, dy, sizeof(float) * ny, cudaMemcpyDeviceToHost) != cudaSuccess) {
+                fail("%s %s: kernel failed: %s", kname[k], m40_ggml_type_name(m->type),
+                     cudaGetErrorString(cudaGetLastError()));
+                goto out;
+        }
+        for (uint32_t c = 0; c <= batch && bad < 3; c++)
+                for (size_t o = 0; o < ldy && bad < 3; o++) {
+                        const float got = y[c * ldy + o];
+                        double ref = 0.0, mag = 0.0, e;
+
+                        if (c == batch || o >= m->n_out) {
+                                if (!is_poison(got)) {
+                                        fail("%s %s %ux%u batch %u: wrote outside y at "
+                                             "column %u row %zu",
+                                             kname[k], m40_ggml_type_name(m->type), m->n_out,
+                                             m->n_in, batch, c, o);
+                                        bad++;
+                                }
+                                continue;
+                        }
+                        for (uint32_t i = 0; i < m->n_in; i++) {
+                                const double p =
+                                        (double)m->deq[o * m->n_in + i] * (double)x[c * ldx + i];
+                                ref += p;
+                                mag += fabs(p);
+                        }
+                        e = fabs((double)got - ref) / (mag > 0.0 ? mag : 1.0);
+                        if (!isfinite(got) || !(e <= types[ti].bound)) {
+                                fail("%s %s %ux%u batch %u: y[%u][%zu] = %.9g, reference "
+                                     "%.9g (error %.3g of sum|wx| %.4g, bound %.1g)",
+                                     kname[k], m40_ggml_type_name(m->type), m->n_out, m->n_in,
+                                     batch, c, o, got, ref, e, mag, types[ti].bound);
+                                bad++;
+                        }
+                        if (e > maxe)
+                                maxe = e;
+                        checked[ti][k]++;
+                }
+        if (maxe > worst[ti][k])
+                worst[ti][k] = maxe;
+out:
+        cudaFree(dx);
+        cudaFree(dy);
+        free(x);
+        free(y);
+}
+
+static const uint32_t b_matvec[] = {1, 2, 3, 4, 5, 8};
+static const uint32_t b_tiled[] = {1, 9, 16, 17, 33, 64};
+static const uint32_t b_auto[] = {1, 40};
+
+/* Many short rows: enough 64-row tiles that the tiled kernel takes its large tile on a
+ * big GPU (the small matrices above get 16-row tiles); fewer batches, the reference is
+ * the cost. */
+static void run_tall(int ti)
+{
+        static const uint32_t b_tall[] = {1, 17, 64};
+        const uint32_t n_in = m40_ggml_type_info(types[ti].type)->block_size == 256 ? 256 : 64;
+        struct mat m;
+
+        if (mat_make(&m, types[ti].type, n_in, 16901) < 0)
+                return;
+        run_case(&m, ti, K_MATVEC, 3);
+        for (size_t i = 0; i < sizeof(b_tall) / sizeof(b_tall[0]); i++)
+                run_case(&m, ti, K_TILED, b_tall[i]);
+        mat_free(&m);
+}
+
+static void run_matrix(int ti, uint32_t n_in, uint32_t n_out, int quick)
+{
+        struct mat m;
+
+        if (mat_make(&m, types[ti].type, n_in, n_out) < 0)
+                return;
+        for (size_t i = 0; i < sizeof(b_matvec) / sizeof(b_matvec[0]); i++)
+                if (!quick || i % 2 == 0)
+                        run_case(&m, ti, K_MATVEC, b_matvec[i]);
+        for (size_t i = 0; i < sizeof(b_tiled) / sizeof(b_tiled[0]); i++)
+                if (!quick || i % 2 == 1)
+                        run_case(&m, ti, K_TILED, b_tiled[i]);
+        for (size_t i = 0; i < sizeof(b_auto) / sizeof(b_auto[0]); i++)
+                run_case(&m, ti, K_AUTO, b_auto[i]);
+        mat_free(&m);
+}
+
+/* Shapes per type: a long row, a middle one, a short one; row counts that are not a
+ * multiple of 4 (warp row groups) or 64 (tiles). The float types add row lengths that
+ * are not a multiple of 8 or 4 (unaligned rows, partial last piece). */
+static void run_type(int ti, int quick)
+{
+        const struct m40_ggml_type_info *in = m40_ggml_type_info(types[ti].type);
+        const uint32_t bs = in->block_size;
+
+        if (quick >= 2) {
+                run_matrix(ti, bs == 1 ? 1003 : bs == 32 ? 576 : 768, 67, quick);
+        } else if (bs == 1) {
+                run_matrix(ti, 4096, quick ? 67 : 131, quick);
+                run_matrix(ti, 1003, quick ? 37 : 1003, quick);
+                run_matrix(ti, 1000, 66, quick);
+                run_matrix(ti, 7, 5, quick);
+        } else if (bs == 32) {
+                run_matrix(ti, 4096, quick ? 67 : 131, quick);
+                run_matrix(ti, 576, quick ? 37 : 1003, quick);
+                run_matrix(ti, 96, 66, quick);
+                run_matrix(ti, 32, 5, quick);
+        } else {
+                run_matrix(ti, 4096, quick ? 67 : 131, quick);
+                run_matrix(ti, 768, quick ? 37 : 1003, quick);
+                run_matrix(ti, 256, 5, quick);
+        }
+}
+
+static void check_arguments(void)
+{
+        struct mat m;
+        float *dx = NULL, *dy = NULL;
+        struct m40_cuda_matrix w;
+
+        if (mat_make(&m, M40_GGML_Q4_0, 64, 8) < 0)
+                return;
+        if (cudaMalloc((void **)&dx, 4096) != cudaSuccess ||
+            cudaMalloc((void **)&dy, 4096) != cudaSuccess) {
+                fail("cudaMalloc");
+                goto out;
+        }
+        if (cudaMemset(dx, 0, 4096) != cudaSuccess) {
+                fail("cudaMemset");
+                goto out;
+        }
+        w = (struct m40_cuda_matrix){m.dev, m.type, m.n_in, m.n_out, m.row_bytes};
+        CHECK(m40_cuda_matmul(&w, dx, 64, dy, 8, 1, NULL) == 0, "valid call refused");
+        CHECK(m40_cuda_matmul(&w, dx, 64, dy, 8, 0, NULL) == -EINVAL, "batch 0 accepted");
+        CHECK(m40_cuda_matmul(&w, dx, 64, dy, 8, 65, NULL) == -EINVAL, "batch 65 accepted");
+        CHECK(m40_cuda_matvec(&w, dx, 64, dy, 8, 9, NULL) == -EINVAL, "matvec batch 9 accepted");
+        CHECK(m40_cuda_matmul(&w, dx, 62, dy, 8, 1, NULL) == -EINVAL, "ldx < n_in accepted");
+        CHECK(m40_cuda_matmul(&w, dx, 66, dy, 8, 1, NULL) == -EINVAL, "ldx %% 4 != 0 accepted");
+        CHECK(m40_cuda_matmul(&w, dx + 1, 64, dy + 64, 8, 1, NULL) == -EINVAL,
+              "misaligned x accepted");
+        CHECK(m40_cuda_matmul(&w, dx, 64, dy, 7, 1, NULL) == -EINVAL, "ldy < n_out accepted");
+        CHECK(m40_cuda_matmul(&w, dx, 64, dx + 8, 8, 1, NULL) == -EINVAL, "overlap accepted");
+        w.n_in = 48;
+        CHECK(m40_cuda_matmul(&w, dx, 64, dy, 8, 1, NULL) == -EINVAL,
+              "n_in not a multiple of 32 accepted for Q4_0");
+        w.n_in = 64;
+        w.row_bytes = 35;
+        CHECK(m40_cuda_matmul(&w, dx, 64, dy, 8, 1, NULL) == -EINVAL, "short row accepted");
+        w.row_bytes = m.row_bytes;
+        w.type = M40_GGML_Q2_K;
+        CHECK(m40_cuda_matmul(&w, dx, 256, dy, 8, 1, NULL) == M40_EUNSUPPORTED,
+              "Q2_K not refused as unsupported");
+        CHECK(!m40_cuda_matmul_supports(M40_GGML_Q2_K) && m40_cuda_matmul_supports(M40_GGML_Q6_K),
+              "m40_cuda_matmul_supports");
+        w.type = M40_GGML_Q4_0;
+        w.data = (const uint8_t *)m.dev + 2;
+        CHECK(m40_cuda_matmul(&w, dx, 64, dy, 8, 1, NULL) == -EINVAL, "misaligned W accepted");
+        CHECK(cudaDeviceSynchronize() == cudaSuccess, "the valid call failed on the device");
+out:
+        cudaFree(dx);
+        cudaFree(dy);
+        mat_free(&m);
+}
+
+int main(void)
+{
+        struct m40_cuda_device *d;
+        int code, quick = quick_mode();
+
+        d = gpu_open(&code);
+        if (!d)
+                return code;
+        seed = getenv("M40_TEST_SEED") ? strtoull(getenv("M40_TEST_SEED"), NULL, 0)
+                                       : (uint64_t)time(NULL) * 0x9e3779b97f4a7c15ULL + 1;
+        printf("seed %" PRIu64 "%s; reference %s\n", seed, quick ? " (quick mode)" : "", REFERENCE);
+        check_arguments();
+        for (int ti = 0; ti < MAX_TYPES; ti++) {
+                const uint32_t t = types[ti].type;
+
+                /* racecheck: one type of each family; the shared-memory code is the same */
+                if (quick >= 2 && t != M40_GGML_F16 && t != M40_GGML_Q4_0 && t != M40_GGML_Q6_K)
+                        continue;
+                run_type(ti, quick);
+                if (quick < 2)
+                        run_tall(ti);
+        }
+
+        printf("%-5s %-8s %10s %10s %10s %8s\n", "type", "bound", "matvec", "tiled", "auto",
+               "outputs");
+        for (int ti = 0; ti < MAX_TYPES; ti++)
+                printf("%-5s %-8.0e %10.2e %10.2e %10.2e %8" PRIu64 "\n",
+                       m40_ggml_type_name(types[ti].type), types[ti].bound, worst[ti][K_MATVEC],
+                       worst[ti][K_TILED], worst[ti][K_AUTO],
+                       checked[ti][K_MATVEC] + checked[ti][K_TILED] + checked[ti][K_AUTO]);
+        printf("(max |y - ref| / sum|w x| per type and kernel)\n");
+        m40_cuda_device_free(d);
+        return finish();
+}
+
+#endif
