@@ -1,32 +1,144 @@
-/* chat_detect.c - chat-template family detection from marker strings (see chat_detect.h).
- * The order matters: more specific markers are tested before the ones they contain. */
+/* chat_detect.c - chat template detection from marker strings, llama.cpp's rules in
+ * llama.cpp's order (see chat_detect.h). Markers of templates we do not format are tested
+ * too, at their place in the order, so that a template llama.cpp would format as, say,
+ * falcon3 is reported as unknown here instead of being mistaken for a later rule's match. */
 #include "chat_detect.h"
 
+#include <errno.h>
 #include <stddef.h>
 #include <string.h>
+
+#include "m40/error.h"
+
+static const char *const tmpl_names[M40_CHAT_TMPL_COUNT] = {
+        [M40_CHAT_TMPL_CHATML] = "chatml",
+        [M40_CHAT_TMPL_LLAMA2] = "llama2",
+        [M40_CHAT_TMPL_LLAMA2_SYS] = "llama2-sys",
+        [M40_CHAT_TMPL_LLAMA2_SYS_BOS] = "llama2-sys-bos",
+        [M40_CHAT_TMPL_LLAMA2_SYS_STRIP] = "llama2-sys-strip",
+        [M40_CHAT_TMPL_MISTRAL_V1] = "mistral-v1",
+        [M40_CHAT_TMPL_MISTRAL_V3] = "mistral-v3",
+        [M40_CHAT_TMPL_MISTRAL_V3_TEKKEN] = "mistral-v3-tekken",
+        [M40_CHAT_TMPL_MISTRAL_V7] = "mistral-v7",
+        [M40_CHAT_TMPL_MISTRAL_V7_TEKKEN] = "mistral-v7-tekken",
+        [M40_CHAT_TMPL_LLAMA3] = "llama3",
+        [M40_CHAT_TMPL_GEMMA] = "gemma",
+        [M40_CHAT_TMPL_PHI3] = "phi3",
+        [M40_CHAT_TMPL_ZEPHYR] = "zephyr",
+};
 
 static bool has(const char *s, const char *needle)
 {
         return strstr(s, needle) != NULL;
 }
 
+/* detect_inst - templates with [INST]: the mistral versions and the llama2 variants. */
+static enum m40_chat_tmpl detect_inst(const char *t)
+{
+        if (has(t, "[SYSTEM_PROMPT]"))
+                return M40_CHAT_TMPL_MISTRAL_V7;
+        if (has(t, "' [INST] ' + system_message") || has(t, "[AVAILABLE_TOOLS]")) {
+                if (has(t, " [INST]"))
+                        return M40_CHAT_TMPL_MISTRAL_V1;
+                if (has(t, "\"[INST]\""))
+                        return M40_CHAT_TMPL_MISTRAL_V3_TEKKEN;
+                return M40_CHAT_TMPL_MISTRAL_V3;
+        }
+        if (has(t, "content.strip()"))
+                return M40_CHAT_TMPL_LLAMA2_SYS_STRIP;
+        if (has(t, "bos_token + '[INST]"))
+                return M40_CHAT_TMPL_LLAMA2_SYS_BOS;
+        if (has(t, "<<SYS>>"))
+                return M40_CHAT_TMPL_LLAMA2_SYS;
+        return M40_CHAT_TMPL_LLAMA2;
+}
+
+/* detect - the template, or M40_CHAT_TMPL_COUNT for one we do not format. */
+static enum m40_chat_tmpl detect(const char *t)
+{
+        for (int i = 0; i < M40_CHAT_TMPL_COUNT; i++)
+                if (!strcmp(t, tmpl_names[i]))
+                        return (enum m40_chat_tmpl)i;
+        if (has(t, "<|im_start|>"))
+                return has(t, "<|im_sep|>") || has(t, "<end_of_utterance>") ? M40_CHAT_TMPL_COUNT
+                                                                            : M40_CHAT_TMPL_CHATML;
+        if (!strncmp(t, "mistral", 7) || has(t, "[INST]"))
+                return detect_inst(t);
+        if (has(t, "<|assistant|>") && has(t, "<|end|>"))
+                return M40_CHAT_TMPL_PHI3;
+        if (has(t, "[gMASK]<sop>") || (has(t, "<|assistant|>") && has(t, "<|user|>")) ||
+            (has(t, "<|{{ item['role'] }}|>") && has(t, "<|begin_of_image|>")))
+                return M40_CHAT_TMPL_COUNT; /* chatglm4, falcon3, glmedge, exaone-moe */
+        if (has(t, "<|user|>") && has(t, "<|endoftext|>"))
+                return M40_CHAT_TMPL_ZEPHYR;
+        if (has(t, "bos_token + message['role']"))
+                return M40_CHAT_TMPL_COUNT; /* monarch */
+        if (has(t, "<start_of_turn>"))
+                return M40_CHAT_TMPL_GEMMA;
+        if (has(t, "'\\n\\nAssistant: ' + eos_token") || has(t, "GPT4 Correct ") ||
+            (has(t, "USER: ") && has(t, "ASSISTANT: ")) ||
+            (has(t, "### Instruction:") && has(t, "<|EOT|>")) ||
+            (has(t, "<|START_OF_TURN_TOKEN|>") && has(t, "<|USER_TOKEN|>")))
+                return M40_CHAT_TMPL_COUNT; /* orion, openchat, vicuna, deepseek, command-r */
+        if (has(t, "<|start_header_id|>") && has(t, "<|end_header_id|>"))
+                return M40_CHAT_TMPL_LLAMA3;
+        return M40_CHAT_TMPL_COUNT;
+}
+
+int m40_chat_tmpl_detect(const char *tmpl, enum m40_chat_tmpl *ret)
+{
+        enum m40_chat_tmpl t;
+
+        if (!tmpl || !*tmpl)
+                return -ENOENT;
+        t = detect(tmpl);
+        if (t == M40_CHAT_TMPL_COUNT)
+                return M40_EUNSUPPORTED;
+        *ret = t;
+        return 0;
+}
+
+const char *m40_chat_tmpl_name(enum m40_chat_tmpl t)
+{
+        return (unsigned)t < M40_CHAT_TMPL_COUNT ? tmpl_names[t] : "?";
+}
+
+enum m40_chat_family m40_chat_tmpl_family(enum m40_chat_tmpl t)
+{
+        switch (t) {
+        case M40_CHAT_TMPL_CHATML:
+                return M40_CHAT_CHATML;
+        case M40_CHAT_TMPL_LLAMA2:
+        case M40_CHAT_TMPL_LLAMA2_SYS:
+        case M40_CHAT_TMPL_LLAMA2_SYS_BOS:
+        case M40_CHAT_TMPL_LLAMA2_SYS_STRIP:
+                return M40_CHAT_LLAMA2;
+        case M40_CHAT_TMPL_MISTRAL_V1:
+        case M40_CHAT_TMPL_MISTRAL_V3:
+        case M40_CHAT_TMPL_MISTRAL_V3_TEKKEN:
+        case M40_CHAT_TMPL_MISTRAL_V7:
+        case M40_CHAT_TMPL_MISTRAL_V7_TEKKEN:
+                return M40_CHAT_MISTRAL;
+        case M40_CHAT_TMPL_LLAMA3:
+                return M40_CHAT_LLAMA3;
+        case M40_CHAT_TMPL_GEMMA:
+                return M40_CHAT_GEMMA;
+        case M40_CHAT_TMPL_PHI3:
+                return M40_CHAT_PHI3;
+        case M40_CHAT_TMPL_ZEPHYR:
+                return M40_CHAT_ZEPHYR;
+        default:
+                return M40_CHAT_UNKNOWN;
+        }
+}
+
 enum m40_chat_family m40_chat_detect(const char *t)
 {
+        enum m40_chat_tmpl tmpl;
+
         if (!t || !*t)
                 return M40_CHAT_NONE;
-        if (has(t, "<|im_start|>"))
-                return M40_CHAT_CHATML;
-        if (has(t, "<|start_header_id|>") && has(t, "<|end_header_id|>"))
-                return M40_CHAT_LLAMA3;
-        if (has(t, "<start_of_turn>"))
-                return M40_CHAT_GEMMA;
-        if (has(t, "[INST]"))
-                return has(t, "<<SYS>>") ? M40_CHAT_LLAMA2 : M40_CHAT_MISTRAL;
-        if (has(t, "<|assistant|>") && has(t, "<|end|>"))
-                return M40_CHAT_PHI3;
-        if (has(t, "<|user|>") && has(t, "</s>"))
-                return M40_CHAT_ZEPHYR;
-        return M40_CHAT_UNKNOWN;
+        return m40_chat_tmpl_detect(t, &tmpl) ? M40_CHAT_UNKNOWN : m40_chat_tmpl_family(tmpl);
 }
 
 const char *m40_chat_family_name(enum m40_chat_family f)

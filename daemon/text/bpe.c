@@ -1,0 +1,198 @@
+/* bpe.c - byte-level BPE over one pre-tokenized word, merge for merge as llama.cpp's
+ * llm_tokenizer_bpe_session: start from one symbol per byte, repeatedly merge the adjacent
+ * pair with the lowest merge rank (leftmost on ties), then emit each symbol's token; a
+ * symbol that is no token falls back to the one-byte-text tokens llama.cpp looks up. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "text/vocab_impl.h"
+
+struct sym {
+        uint32_t start, len; /* bytes of the word; len 0: merged into its left neighbour */
+        int32_t id;          /* token with exactly these bytes, or -1 */
+        int32_t prev, next;
+};
+
+struct bigram {
+        int32_t rank;
+        int32_t left, right;
+        uint32_t size;  /* left.len + right.len when queued; a mismatch marks it stale */
+        int32_t result; /* token of the merged bytes; -2: look it up when merging */
+};
+
+struct m40_bpe_work {
+        struct sym *sym;
+        size_t cap_sym;
+        struct bigram *heap;
+        size_t n_heap, cap_heap;
+        char *key;
+        size_t cap_key;
+};
+
+struct m40_bpe_work *m40_bpe_work_free(struct m40_bpe_work *w)
+{
+        if (!w)
+                return NULL;
+        free(w->sym);
+        free(w->heap);
+        free(w->key);
+        free(w);
+        return NULL;
+}
+
+static bool before(const struct bigram *a, const struct bigram *b)
+{
+        return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
+}
+
+static int heap_push(struct m40_bpe_work *w, struct bigram b)
+{
+        size_t i;
+
+        if (w->n_heap == w->cap_heap) {
+                size_t cap = w->cap_heap ? w->cap_heap * 2 : 256;
+                struct bigram *p = realloc(w->heap, cap * sizeof(*p));
+                if (!p)
+                        return -ENOMEM;
+                w->heap = p;
+                w->cap_heap = cap;
+        }
+        for (i = w->n_heap++; i > 0; i = (i - 1) / 2) {
+                if (!before(&b, &w->heap[(i - 1) / 2]))
+                        break;
+                w->heap[i] = w->heap[(i - 1) / 2];
+        }
+        w->heap[i] = b;
+        return 0;
+}
+
+static struct bigram heap_pop(struct m40_bpe_work *w)
+{
+        struct bigram top = w->heap[0], last = w->heap[--w->n_heap];
+        size_t i = 0, n = w->n_heap;
+
+        for (;;) {
+                size_t c = 2 * i + 1;
+                if (c >= n)
+                        break;
+                if (c + 1 < n && before(&w->heap[c + 1], &w->heap[c]))
+                        c++;
+                if (!before(&w->heap[c], &last))
+                        break;
+                w->heap[i] = w->heap[c];
+                i = c;
+        }
+        if (n)
+                w->heap[i] = last;
+        return top;
+}
+
+/* slow_rank - the rank of a merge of two byte strings that are not both tokens. */
+static int32_t slow_rank(const struct m40_vocab *v, struct m40_bpe_work *w, const uint8_t *word,
+                         const struct sym *l, const struct sym *r)
+{
+        size_t need = 4 + (size_t)l->len + r->len;
+        uint32_t la = l->len;
+
+        if (need > w->cap_key) {
+                char *p = realloc(w->key, need);
+                if (!p)
+                        return -1; /* as if absent; only exotic vocabularies get here */
+                w->key = p;
+                w->cap_key = need;
+        }
+        memcpy(w->key, &la, 4);
+        memcpy(w->key + 4, word + l->start, l->len + (size_t)r->len);
+        int32_t i = m40_strmap_get(&v->by_slow, w->key, need);
+        return i < 0 ? -1 : v->slow_rank[i];
+}
+
+static int add_bigram(const struct m40_vocab *v, struct m40_bpe_work *w, const uint8_t *word,
+                      int32_t left, int32_t right)
+{
+        struct sym *l, *r;
+        struct bigram b;
+
+        if (left < 0 || right < 0)
+                return 0;
+        l = &w->sym[left];
+        r = &w->sym[right];
+        if (l->id >= 0 && r->id >= 0) {
+                b.rank = m40_pairmap_get(&v->merges, (uint32_t)l->id, (uint32_t)r->id, &b.result);
+        } else {
+                b.rank = v->n_slow ? slow_rank(v, w, word, l, r) : -1;
+                b.result = -2;
+        }
+        if (b.rank < 0)
+                return 0;
+        b.left = left;
+        b.right = right;
+        b.size = l->len + r->len;
+        return heap_push(w, b);
+}
+
+static int emit(const struct m40_vocab *v, const struct sym *s, const uint8_t *word,
+                struct m40_ids *out)
+{
+        int e = 0;
+
+        if (s->id >= 0)
+                return m40_ids_push(out, s->id);
+        for (uint32_t i = 0; i < s->len && !e; i++) {
+                const int32_t *fb = v->byte_fb[word[s->start + i]];
+                for (int k = 0; k < 2 && fb[k] >= 0 && !e; k++)
+                        e = m40_ids_push(out, fb[k]);
+        }
+        return e;
+}
+
+int m40_bpe_word(const struct m40_vocab *v, const uint8_t *word, size_t n,
+                 struct m40_bpe_work **work, struct m40_ids *out)
+{
+        struct m40_bpe_work *w = *work;
+        int e = 0;
+
+        if (n == 0)
+                return 0;
+        if (v->ignore_merges) {
+                int32_t id = m40_strmap_get(&v->by_raw, (const char *)word, n);
+                if (id >= 0)
+                        return m40_ids_push(out, id);
+        }
+        if (!w && !(w = *work = calloc(1, sizeof(*w))))
+                return -ENOMEM;
+        if (n > w->cap_sym) {
+                struct sym *p = realloc(w->sym, n * sizeof(*p));
+                if (!p)
+                        return -ENOMEM;
+                w->sym = p;
+                w->cap_sym = n;
+        }
+        for (size_t i = 0; i < n; i++)
+                w->sym[i] = (struct sym){(uint32_t)i, 1, v->byte_tok[word[i]], (int32_t)i - 1,
+                                         i + 1 < n ? (int32_t)i + 1 : -1};
+        w->n_heap = 0;
+        for (size_t i = 1; i < n && !e; i++)
+                e = add_bigram(v, w, word, (int32_t)i - 1, (int32_t)i);
+        while (w->n_heap && !e) {
+                struct bigram b = heap_pop(w);
+                struct sym *l = &w->sym[b.left], *r = &w->sym[b.right];
+                if (!l->len || !r->len || l->len + r->len != b.size)
+                        continue;
+                l->len += r->len;
+                r->len = 0;
+                l->next = r->next;
+                if (r->next >= 0)
+                        w->sym[r->next].prev = b.left;
+                l->id = b.result != -2
+                                ? b.result
+                                : m40_strmap_get(&v->by_raw, (const char *)word + l->start, l->len);
+                e = add_bigram(v, w, word, l->prev, b.left);
+                if (!e)
+                        e = add_bigram(v, w, word, b.left, l->next);
+        }
+        for (int32_t i = 0; i >= 0 && !e; i = w->sym[i].next)
+                e = emit(v, &w->sym[i], word, out);
+        return e;
+}
