@@ -17,6 +17,11 @@ enum {
         M40_ERANGE = -4100,       /* a value exists but does not fit the requested type */
         M40_ENODEVICE = -4101,    /* no usable GPU */
         M40_ECUDA = -4102,        /* the CUDA runtime reported an error */
+        M40_EVERSION = -4103,     /* the other side speaks another protocol version */
+        M40_ELIMIT = -4104,       /* a request exceeds a limit set in m40d.ini */
+        M40_ESHUTDOWN = -4105,    /* the daemon is shutting down */
+        M40_EPROTO = -4106,       /* the peer broke the protocol */
+        M40_ENOTBUILT = -4107,    /* the feature is not built into this binary */
 };
 
 /* m40_strerror - a static description of err (negative); never NULL. */
@@ -35,6 +40,16 @@ static inline const char *m40_strerror(int err)
                 return "no usable GPU";
         case M40_ECUDA:
                 return "CUDA runtime error";
+        case M40_EVERSION:
+                return "protocol version mismatch";
+        case M40_ELIMIT:
+                return "request exceeds a daemon limit";
+        case M40_ESHUTDOWN:
+                return "daemon is shutting down";
+        case M40_EPROTO:
+                return "protocol violation";
+        case M40_ENOTBUILT:
+                return "not built into this binary";
         default:
                 return strerror(err < 0 ? -err : err);
         }

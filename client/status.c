@@ -1,0 +1,93 @@
+/* status.c - `m40ctl status [--json]`: what m40d is serving and how busy it is. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "m40/m40.h"
+#include "m40ctl.h"
+
+static void usage(FILE *f)
+{
+        fputs("Usage: m40ctl status [--json] [--socket PATH]\n"
+              "\n"
+              "Asks m40d for its model, backend, clients, running and queued requests, KV\n"
+              "cache use and generation speed.\n"
+              "\n"
+              "  --json         Print one JSON object.\n"
+              "  --socket PATH  m40d's socket (default $M40_SOCKET or /run/m40d/m40d.sock).\n"
+              "\n"
+              "Exit status: 0 done; 2 bad command line; 3 m40d unreachable.\n",
+              f);
+}
+
+int m40ctl_status(int argc, char **argv)
+{
+        static const struct option opts[] = {{"json", no_argument, 0, 'j'},
+                                             {"socket", required_argument, 0, 's'},
+                                             {"help", no_argument, 0, 'h'},
+                                             {0, 0, 0, 0}};
+        struct m40_client *cl;
+        struct m40_status st;
+        const char *sock = NULL;
+        bool json = false;
+        int c, r;
+
+        while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+                if (c == 'j') {
+                        json = true;
+                } else if (c == 's') {
+                        sock = optarg;
+                } else if (c == 'h') {
+                        usage(stdout);
+                        return M40CTL_EXIT_OK;
+                } else {
+                        usage(stderr);
+                        return M40CTL_EXIT_USAGE;
+                }
+        }
+        if (optind != argc) {
+                usage(stderr);
+                return M40CTL_EXIT_USAGE;
+        }
+        r = m40_client_connect(sock, &cl);
+        if (!r) {
+                r = m40_client_status(cl, &st);
+                m40_client_disconnect(cl);
+        }
+        if (r) {
+                fprintf(stderr, "m40ctl status: cannot reach m40d: %s\n", m40_strerror(r));
+                return M40CTL_EXIT_UNREACHABLE;
+        }
+        if (json) {
+                printf("{\"model\":");
+                m40ctl_json_str(stdout, st.model, strlen(st.model));
+                printf(",\"arch\":");
+                m40ctl_json_str(stdout, st.arch, strlen(st.arch));
+                printf(",\"backend\":");
+                m40ctl_json_str(stdout, st.backend, strlen(st.backend));
+                printf(",\"chat_template\":");
+                m40ctl_json_str(stdout, st.chat_template, strlen(st.chat_template));
+                printf(",\"clients\":%u,\"active\":%u,\"queued\":%u,\"max_sequences\":%u,"
+                       "\"kv_pages_used\":%u,\"kv_pages_total\":%u,\"n_ctx\":%u,\"n_vocab\":%u,"
+                       "\"requests\":%llu,\"prompt_tokens\":%llu,\"generated_tokens\":%llu,"
+                       "\"tokens_per_s\":%.2f,\"draining\":%s}\n",
+                       st.clients, st.active, st.queued, st.max_sequences, st.kv_pages_used,
+                       st.kv_pages_total, st.n_ctx, st.n_vocab, (unsigned long long)st.requests,
+                       (unsigned long long)st.prompt_tokens,
+                       (unsigned long long)st.generated_tokens, st.tokens_per_s,
+                       st.draining ? "true" : "false");
+                return M40CTL_EXIT_OK;
+        }
+        printf("model:      %s (%s, vocab %u, context %u)\n", st.model, st.arch, st.n_vocab,
+               st.n_ctx);
+        printf("backend:    %s, chat template %s%s\n", st.backend, st.chat_template,
+               st.draining ? ", shutting down" : "");
+        printf("requests:   %u running (of %u sequences), %u queued, %u clients, %llu served\n",
+               st.active, st.max_sequences, st.queued, st.clients, (unsigned long long)st.requests);
+        printf("KV cache:   %u of %u pages used\n", st.kv_pages_used, st.kv_pages_total);
+        printf("speed:      %.1f tokens/s generating; %llu prompt and %llu generated tokens\n",
+               st.tokens_per_s, (unsigned long long)st.prompt_tokens,
+               (unsigned long long)st.generated_tokens);
+        return M40CTL_EXIT_OK;
+}

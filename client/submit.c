@@ -1,0 +1,538 @@
+/* submit.c - `m40ctl submit` (one prompt, streamed to stdout) and `m40ctl run` (an
+ * interactive chat with history), both over libm40. Ctrl-C cancels the running request. */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "m40/m40.h"
+#include "m40ctl.h"
+
+#define MAX_STDIN_PROMPT (16u << 20)
+#define MAX_HISTORY      256
+
+static volatile sig_atomic_t interrupted;
+
+static void on_sigint(int sig)
+{
+        (void)sig;
+        interrupted = 1;
+}
+
+/* SIGINT without SA_RESTART, so a blocked read or wait returns EINTR. */
+static void catch_sigint(void)
+{
+        struct sigaction sa = {.sa_handler = on_sigint};
+
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGINT, &sa, NULL);
+}
+
+void m40ctl_json_str(FILE *f, const char *s, size_t n)
+{
+        fputc('"', f);
+        for (size_t i = 0; i < n; i++) {
+                unsigned char ch = (unsigned char)s[i];
+
+                if (ch == '"' || ch == '\\')
+                        fprintf(f, "\\%c", ch);
+                else if (ch == '\n')
+                        fputs("\\n", f);
+                else if (ch == '\t')
+                        fputs("\\t", f);
+                else if (ch < 0x20 || ch == 0x7f)
+                        fprintf(f, "\\u%04x", ch);
+                else
+                        fputc(ch, f);
+        }
+        fputc('"', f);
+}
+
+static int connect_or_say(const char *sock, struct m40_client **ret)
+{
+        int r = m40_client_connect(sock, ret);
+
+        if (r) {
+                fprintf(stderr, "m40ctl: cannot connect to m40d at %s: %s\n",
+                        sock                   ? sock
+                        : getenv("M40_SOCKET") ? getenv("M40_SOCKET")
+                                               : M40_DEFAULT_SOCKET,
+                        m40_strerror(r));
+                return r == -ENOMEM ? M40CTL_EXIT_FAIL : M40CTL_EXIT_UNREACHABLE;
+        }
+        return 0;
+}
+
+/* Options shared by submit and run: sampling, limits, socket. Returns 1 when opt was one
+ * of them, 0 when not, -1 for a bad value. */
+enum {
+        O_TEMP = 256,
+        O_TOPK,
+        O_TOPP,
+        O_MINP,
+        O_REP,
+        O_SEED,
+        O_STOP,
+        O_SOCKET,
+        O_JSON,
+        O_IGNORE_EOS,
+        O_SYSTEM,
+        O_CHAT,
+};
+
+#define COMMON_OPTS                                                                                \
+        {"max-tokens", required_argument, 0, 'n'}, {"temp", required_argument, 0, O_TEMP},         \
+                {"top-k", required_argument, 0, O_TOPK}, {"top-p", required_argument, 0, O_TOPP},  \
+                {"min-p", required_argument, 0, O_MINP},                                           \
+                {"repeat-penalty", required_argument, 0, O_REP},                                   \
+                {"seed", required_argument, 0, O_SEED}, {"stop", required_argument, 0, O_STOP},    \
+                {"socket", required_argument, 0, O_SOCKET},                                        \
+                {"ignore-eos", no_argument, 0, O_IGNORE_EOS},                                      \
+                {"system", required_argument, 0, O_SYSTEM},                                        \
+        {                                                                                          \
+                "help", no_argument, 0, 'h'                                                        \
+        }
+
+struct common {
+        struct m40_request rq;
+        const char *stop[8];
+        const char *sock, *system;
+};
+
+static int num(const char *s, double lo, double hi, double *out)
+{
+        char *end;
+        double v;
+
+        errno = 0;
+        v = strtod(s, &end);
+        if (!*s || *end || errno || v < lo || v > hi)
+                return -1;
+        *out = v;
+        return 0;
+}
+
+static int common_opt(struct common *c, int opt, const char *arg)
+{
+        double v;
+
+        switch (opt) {
+        case 'n':
+                if (num(arg, 1, 1 << 20, &v))
+                        return -1;
+                c->rq.max_tokens = (uint32_t)v;
+                return 1;
+        case O_TEMP:
+                c->rq.set |= M40_SET_TEMPERATURE;
+                return num(arg, 0, 100, &v) ? -1 : (c->rq.temperature = (float)v, 1);
+        case O_TOPK:
+                c->rq.set |= M40_SET_TOP_K;
+                return num(arg, 0, 1 << 20, &v) ? -1 : (c->rq.top_k = (int32_t)v, 1);
+        case O_TOPP:
+                c->rq.set |= M40_SET_TOP_P;
+                return num(arg, 0, 1, &v) ? -1 : (c->rq.top_p = (float)v, 1);
+        case O_MINP:
+                c->rq.set |= M40_SET_MIN_P;
+                return num(arg, 0, 1, &v) ? -1 : (c->rq.min_p = (float)v, 1);
+        case O_REP:
+                c->rq.set |= M40_SET_REPEAT_PENALTY;
+                return num(arg, 0.01, 100, &v) ? -1 : (c->rq.repeat_penalty = (float)v, 1);
+        case O_SEED:
+                c->rq.set |= M40_SET_SEED;
+                c->rq.seed = strtoull(arg, NULL, 0);
+                return 1;
+        case O_STOP:
+                if (c->rq.n_stop == 8 || !*arg || strlen(arg) > 64)
+                        return -1;
+                c->stop[c->rq.n_stop++] = arg;
+                c->rq.stop = c->stop;
+                return 1;
+        case O_SOCKET:
+                c->sock = arg;
+                return 1;
+        case O_IGNORE_EOS:
+                c->rq.flags |= M40_REQUEST_IGNORE_EOS;
+                return 1;
+        case O_SYSTEM:
+                c->system = arg;
+                return 1;
+        }
+        return 0;
+}
+
+static const char common_help[] =
+        "  -n, --max-tokens N    Generate at most N tokens (default: the daemon's).\n"
+        "      --temp T          Temperature; 0 is greedy (default: the daemon's).\n"
+        "      --top-k K, --top-p P, --min-p P, --repeat-penalty R, --seed S\n"
+        "                        Other sampling settings (default: the daemon's).\n"
+        "      --stop STR        Stop when STR appears (up to 8, 64 bytes each).\n"
+        "      --ignore-eos      Keep generating past the model's end of text.\n"
+        "      --system TEXT     A system message (chat).\n"
+        "      --socket PATH     m40d's socket (default $M40_SOCKET or /run/m40d/m40d.sock).\n"
+        "  -h, --help            Show this text.\n"
+        "\n"
+        "Exit status: 0 done; 1 failure; 2 bad command line; 3 m40d unreachable;\n"
+        "4 the daemon rejected or failed the request; 130 interrupted by Ctrl-C.\n";
+
+/* Submits, retrying while the rings are full. */
+static int submit(struct m40_client *cl, const struct m40_request *rq, uint64_t *ret_id)
+{
+        for (;;) {
+                int r = m40_client_submit(cl, rq, ret_id);
+
+                if (r != -EAGAIN)
+                        return r;
+                usleep(1000);
+        }
+}
+
+struct reply {
+        char *text;
+        size_t len, cap;
+        int32_t *toks;
+        size_t n_toks, cap_toks;
+        struct m40_reply last;
+};
+
+static int reply_add(struct reply *rp, const struct m40_reply *ev)
+{
+        if (rp->len + ev->len + 1 > rp->cap) {
+                size_t cap = 2 * (rp->len + ev->len + 64);
+                char *t = realloc(rp->text, cap);
+
+                if (!t)
+                        return -ENOMEM;
+                rp->text = t;
+                rp->cap = cap;
+        }
+        memcpy(rp->text + rp->len, ev->text, ev->len);
+        rp->len += ev->len;
+        rp->text[rp->len] = 0;
+        if (ev->token >= 0) {
+                if (rp->n_toks == rp->cap_toks) {
+                        size_t cap = rp->cap_toks ? 2 * rp->cap_toks : 64;
+                        int32_t *t = realloc(rp->toks, cap * sizeof(*t));
+
+                        if (!t)
+                                return -ENOMEM;
+                        rp->toks = t;
+                        rp->cap_toks = cap;
+                }
+                rp->toks[rp->n_toks++] = ev->token;
+        }
+        return 0;
+}
+
+/* Streams request id's text to out (when not NULL) until its last event, cancelling it on
+ * Ctrl-C. Returns an exit code; the final event is in rp->last. */
+static int stream(struct m40_client *cl, uint64_t id, FILE *out, struct reply *rp)
+{
+        bool cancelled = false;
+
+        for (;;) {
+                struct m40_reply ev;
+                int r = m40_client_next(cl, 200, &ev);
+
+                if (interrupted && !cancelled) {
+                        cancelled = m40_client_cancel(cl, id) == 0;
+                        interrupted = 0;
+                }
+                if (r == -ETIMEDOUT || r == -EINTR)
+                        continue;
+                if (r) {
+                        fprintf(stderr, "\nm40ctl: connection to m40d lost: %s\n", m40_strerror(r));
+                        return M40CTL_EXIT_UNREACHABLE;
+                }
+                if (ev.id != id)
+                        continue;
+                if (ev.type == M40_EVENT_TEXT) {
+                        if (reply_add(rp, &ev))
+                                return M40CTL_EXIT_FAIL;
+                        if (out) {
+                                fwrite(ev.text, 1, ev.len, out);
+                                fflush(out);
+                        }
+                } else if (ev.type == M40_EVENT_DONE || ev.type == M40_EVENT_ERROR) {
+                        rp->last = ev;
+                        if (ev.type == M40_EVENT_ERROR) {
+                                fprintf(stderr, "%sm40ctl: request failed: %s\n",
+                                        rp->len ? "\n" : "", ev.text);
+                                return M40CTL_EXIT_REJECTED;
+                        }
+                        return cancelled ? M40CTL_EXIT_INTERRUPTED : M40CTL_EXIT_OK;
+                }
+        }
+}
+
+static char *read_stdin(void)
+{
+        size_t len = 0, cap = 4096;
+        char *buf = malloc(cap);
+
+        while (buf) {
+                size_t k = fread(buf + len, 1, cap - len - 1, stdin);
+
+                len += k;
+                if (k == 0)
+                        break;
+                if (len + 1 == cap) {
+                        char *n = cap >= MAX_STDIN_PROMPT ? NULL : realloc(buf, 2 * cap);
+
+                        if (!n) {
+                                free(buf);
+                                return NULL;
+                        }
+                        buf = n;
+                        cap *= 2;
+                }
+        }
+        if (buf)
+                buf[len] = 0;
+        return buf;
+}
+
+static void print_json(const struct reply *rp, uint64_t id)
+{
+        printf("{\"id\":%llu,\"text\":", (unsigned long long)id);
+        m40ctl_json_str(stdout, rp->text ? rp->text : "", rp->len);
+        printf(",\"tokens\":[");
+        for (size_t i = 0; i < rp->n_toks; i++)
+                printf("%s%d", i ? "," : "", rp->toks[i]);
+        if (rp->last.type == M40_EVENT_ERROR) {
+                printf("],\"error\":");
+                m40ctl_json_str(stdout, rp->last.text, rp->last.len);
+        } else {
+                printf("],\"finish\":\"%s\"", m40_finish_name(rp->last.finish));
+        }
+        printf(",\"n_prompt\":%u,\"n_generated\":%u}\n", rp->last.n_prompt, rp->last.n_generated);
+}
+
+int m40ctl_submit(int argc, char **argv)
+{
+        static const struct option opts[] = {COMMON_OPTS,
+                                             {"json", no_argument, 0, O_JSON},
+                                             {"chat", no_argument, 0, O_CHAT},
+                                             {0, 0, 0, 0}};
+        struct common c = {0};
+        struct reply rp = {0};
+        struct m40_client *cl = NULL;
+        struct m40_message msgs[2];
+        bool json = false, chat = false;
+        char *owned = NULL;
+        uint64_t id;
+        int opt, r;
+
+        m40_request_init(&c.rq);
+        while ((opt = getopt_long(argc, argv, "n:h", opts, NULL)) != -1) {
+                if (opt == 'h') {
+                        printf("Usage: m40ctl submit [OPTIONS] [PROMPT|-]\n\n"
+                               "Sends PROMPT (or stdin, for - or no PROMPT) to m40d and streams "
+                               "the\ngenerated text to stdout as it arrives.\n\n"
+                               "  --json                Print one JSON object at the end "
+                               "instead (text,\n"
+                               "                        token ids, finish reason, usage).\n"
+                               "  --chat                Send PROMPT as a user message, "
+                               "formatted with the\n"
+                               "                        model's chat template.\n%s",
+                               common_help);
+                        return M40CTL_EXIT_OK;
+                }
+                if (opt == O_JSON) {
+                        json = true;
+                        continue;
+                }
+                if (opt == O_CHAT) {
+                        chat = true;
+                        continue;
+                }
+                r = common_opt(&c, opt, optarg);
+                if (r <= 0) {
+                        if (r < 0)
+                                fprintf(stderr, "m40ctl submit: bad value '%s'\n", optarg);
+                        fprintf(stderr, "Try 'm40ctl submit --help'.\n");
+                        return M40CTL_EXIT_USAGE;
+                }
+        }
+        if (argc - optind > 1) {
+                fprintf(stderr, "m40ctl submit: one PROMPT at most (quote it)\n");
+                return M40CTL_EXIT_USAGE;
+        }
+        if (optind == argc || !strcmp(argv[optind], "-")) {
+                owned = read_stdin();
+                if (!owned) {
+                        fprintf(stderr, "m40ctl submit: cannot read the prompt from stdin\n");
+                        return M40CTL_EXIT_FAIL;
+                }
+                c.rq.prompt = owned;
+        } else {
+                c.rq.prompt = argv[optind];
+        }
+        if (chat || c.system) {
+                size_t n = 0;
+
+                if (c.system)
+                        msgs[n++] = (struct m40_message){"system", c.system};
+                msgs[n++] = (struct m40_message){"user", c.rq.prompt};
+                c.rq.messages = msgs;
+                c.rq.n_messages = n;
+                c.rq.prompt = NULL;
+        }
+        if (json)
+                c.rq.flags |= M40_REQUEST_TOKENS;
+        r = connect_or_say(c.sock, &cl);
+        if (r)
+                goto out;
+        catch_sigint();
+        r = submit(cl, &c.rq, &id);
+        if (r) {
+                fprintf(stderr, "m40ctl submit: %s\n", m40_strerror(r));
+                r = r == -EPIPE ? M40CTL_EXIT_UNREACHABLE : M40CTL_EXIT_REJECTED;
+                goto out;
+        }
+        r = stream(cl, id, json ? NULL : stdout, &rp);
+        if (json &&
+            (r == M40CTL_EXIT_OK || r == M40CTL_EXIT_REJECTED || r == M40CTL_EXIT_INTERRUPTED))
+                print_json(&rp, id);
+        else if (!json && rp.len && rp.text[rp.len - 1] != '\n' && isatty(STDOUT_FILENO))
+                putchar('\n');
+out:
+        m40_client_disconnect(cl);
+        free(rp.text);
+        free(rp.toks);
+        free(owned);
+        return r;
+}
+
+/* One chat turn: submits history + line, streams the reply; on -E2BIG drops the oldest
+ * exchange and retries. Returns an exit code. */
+static int chat_turn(struct m40_client *cl, struct common *c, struct m40_message *hist,
+                     size_t *n_hist, size_t first)
+{
+        struct reply rp = {0};
+        uint64_t id;
+        int r;
+
+        for (;;) {
+                c->rq.messages = hist;
+                c->rq.n_messages = *n_hist;
+                r = submit(cl, &c->rq, &id);
+                if (r != -E2BIG || *n_hist - first < 3)
+                        break;
+                /* forget the oldest user/assistant exchange */
+                free((char *)hist[first].content);
+                free((char *)hist[first + 1].content);
+                memmove(hist + first, hist + first + 2, (*n_hist - first - 2) * sizeof(*hist));
+                *n_hist -= 2;
+        }
+        if (r) {
+                fprintf(stderr, "m40ctl run: %s\n", m40_strerror(r));
+                return r == -EPIPE ? M40CTL_EXIT_UNREACHABLE : M40CTL_EXIT_REJECTED;
+        }
+        r = stream(cl, id, stdout, &rp);
+        printf("\n");
+        if (r == M40CTL_EXIT_INTERRUPTED)
+                fprintf(stderr, "[cancelled]\n");
+        if (r == M40CTL_EXIT_OK || r == M40CTL_EXIT_INTERRUPTED) {
+                hist[(*n_hist)++] = (struct m40_message){"assistant", rp.text ? rp.text : ""};
+                if (!rp.text)
+                        hist[*n_hist - 1].content = strdup("");
+                return M40CTL_EXIT_OK;
+        }
+        free(rp.text);
+        free(rp.toks);
+        free((char *)hist[--*n_hist].content); /* the unanswered user message */
+        return r;
+}
+
+int m40ctl_run(int argc, char **argv)
+{
+        static const struct option opts[] = {COMMON_OPTS, {0, 0, 0, 0}};
+        static struct m40_message hist[MAX_HISTORY];
+        struct common c = {0};
+        struct m40_client *cl = NULL;
+        struct m40_status st;
+        size_t n_hist = 0, first = 0;
+        bool tty = isatty(STDIN_FILENO);
+        char line[8192];
+        int opt, r;
+
+        m40_request_init(&c.rq);
+        while ((opt = getopt_long(argc, argv, "n:h", opts, NULL)) != -1) {
+                if (opt == 'h') {
+                        printf("Usage: m40ctl run [OPTIONS]\n\n"
+                               "Chats with the model: each line you type is a user message; "
+                               "the reply\nstreams back. The conversation is kept (oldest "
+                               "turns are dropped when it\noutgrows the daemon's limit). "
+                               "Ctrl-C cancels the current reply; Ctrl-D,\n/quit or /exit "
+                               "leave; /reset forgets the conversation.\n\n%s",
+                               common_help);
+                        return M40CTL_EXIT_OK;
+                }
+                r = common_opt(&c, opt, optarg);
+                if (r <= 0) {
+                        if (r < 0)
+                                fprintf(stderr, "m40ctl run: bad value '%s'\n", optarg);
+                        fprintf(stderr, "Try 'm40ctl run --help'.\n");
+                        return M40CTL_EXIT_USAGE;
+                }
+        }
+        r = connect_or_say(c.sock, &cl);
+        if (r)
+                return r;
+        if (tty && !m40_client_status(cl, &st))
+                fprintf(stderr,
+                        "m40ctl: chatting with %s (%s engine, %s template). Ctrl-C "
+                        "cancels a reply, Ctrl-D leaves.\n",
+                        st.model, st.backend, st.chat_template);
+        catch_sigint();
+        if (c.system) {
+                hist[n_hist++] = (struct m40_message){"system", strdup(c.system)};
+                first = 1;
+        }
+        for (r = M40CTL_EXIT_OK;;) {
+                size_t len;
+
+                if (tty)
+                        fputs("> ", stderr);
+                interrupted = 0;
+                if (!fgets(line, sizeof(line), stdin)) {
+                        if (ferror(stdin) && errno == EINTR) {
+                                clearerr(stdin);
+                                fputc('\n', stderr);
+                                continue;
+                        }
+                        break;
+                }
+                len = strlen(line);
+                while (len && (line[len - 1] == '\n' || line[len - 1] == '\r'))
+                        line[--len] = 0;
+                if (!len)
+                        continue;
+                if (!strcmp(line, "/quit") || !strcmp(line, "/exit"))
+                        break;
+                if (!strcmp(line, "/reset")) {
+                        while (n_hist > first)
+                                free((char *)hist[--n_hist].content);
+                        continue;
+                }
+                if (n_hist + 2 > MAX_HISTORY) {
+                        free((char *)hist[first].content);
+                        free((char *)hist[first + 1].content);
+                        memmove(hist + first, hist + first + 2,
+                                (n_hist - first - 2) * sizeof(*hist));
+                        n_hist -= 2;
+                }
+                hist[n_hist++] = (struct m40_message){"user", strdup(line)};
+                r = chat_turn(cl, &c, hist, &n_hist, first);
+                if (r == M40CTL_EXIT_UNREACHABLE)
+                        break;
+        }
+        while (n_hist)
+                free((char *)hist[--n_hist].content);
+        m40_client_disconnect(cl);
+        return r == M40CTL_EXIT_REJECTED ? M40CTL_EXIT_OK : r;
+}

@@ -1,0 +1,52 @@
+/* config.h - m40d's settings: the defaults, m40d.ini (inih) and their validation. Every key
+ * is documented in the shipped m40d.ini; this file owns their names, types and ranges. */
+#ifndef M40D_CONFIG_H
+#define M40D_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum m40d_backend {
+        M40D_BACKEND_AUTO,
+        M40D_BACKEND_CUDA,
+        M40D_BACKEND_CPU,
+};
+
+struct m40d_config {
+        /* [model] */
+        char model[4096];
+        /* [engine] */
+        enum m40d_backend backend;
+        uint32_t threads;          /* 0: online CPUs */
+        uint32_t max_sequences;    /* engine slots */
+        uint64_t kv_memory_mib;    /* 0: enough for every slot at full context */
+        uint32_t max_context;      /* 0: min(training context, 4096) */
+        uint32_t max_batch_tokens; /* tokens per forward pass */
+        /* [server] */
+        char socket[108];
+        char group[64]; /* "" : only root and the daemon's user */
+        uint32_t max_clients;
+        uint32_t max_requests_per_client;
+        uint32_t max_prompt_bytes;
+        uint32_t max_tokens;
+        uint32_t default_max_tokens;
+        uint32_t shutdown_timeout_s;
+        int log_level; /* syslog priority: messages above it are dropped */
+        /* [sampling] */
+        float temperature, top_p, min_p, repeat_penalty;
+        int32_t top_k;
+        uint64_t seed; /* 0: a different seed per request */
+};
+
+/* m40d_config_default - the built-in defaults (those the shipped m40d.ini spells out). */
+void m40d_config_default(struct m40d_config *c);
+
+/* m40d_config_load - reads path over the values already in *c. Returns 0; -errno when the
+ * file cannot be read; -EINVAL for a bad line, section, key or value, with a message naming
+ * file, line and key in err. *c may be partly updated on failure. */
+int m40d_config_load(struct m40d_config *c, const char *path, char *err, size_t errlen);
+
+/* m40d_backend_name - "auto", "cuda", "cpu". */
+const char *m40d_backend_name(enum m40d_backend b);
+
+#endif

@@ -1,0 +1,332 @@
+/* main.c - m40d: command line, configuration, model loading, the main loop and the
+ * service lifecycle (sd_notify READY/STATUS/WATCHDOG/STOPPING, socket activation, SIGTERM
+ * drain). The only place in the daemon that decides what to log. */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <grp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <systemd/sd-daemon.h>
+#include <time.h>
+
+#include "engine/engine.h"
+#include "ipc/ipc.h"
+#include "m40/error.h"
+#include "m40d/config.h"
+#include "m40d/log.h"
+#include "m40d/sched.h"
+#include "m40d/server.h"
+#include "model/gguf.h"
+#include "text/chat.h"
+#include "text/vocab.h"
+
+#define DEFAULT_CONFIG  "/etc/m40d/m40d.ini"
+#define STATUS_EVERY_NS 2000000000ull
+
+struct daemon {
+        struct m40d_config cfg;
+        struct m40_gguf *g;
+        struct m40_vocab *v;
+        struct m40_engine *e;
+        struct m40_sched *s;
+        struct m40d_server *srv;
+        enum m40_chat_tmpl tmpl;
+        struct m40_proto_status model;
+        gid_t gid;
+        uint64_t watchdog_usec;
+};
+
+static void usage(FILE *f)
+{
+        fputs("Usage: m40d [-c FILE] [--check-config]\n"
+              "\n"
+              "The m40-llm daemon: serves text generation from one GGUF model to local\n"
+              "clients (m40ctl, programs linking libm40) over a Unix socket and shared memory.\n"
+              "\n"
+              "Options:\n"
+              "  -c, --config FILE   Read settings from FILE (default " DEFAULT_CONFIG ").\n"
+              "      --check-config  Validate the configuration and the model file, then exit.\n"
+              "  -h, --help          Show this text.\n"
+              "\n"
+              "Exit status: 0 after a clean shutdown (SIGTERM) or a valid configuration;\n"
+              "1 on a configuration, model or socket error; 2 bad command line.\n",
+              f);
+}
+
+static uint64_t now_ns(void)
+{
+        struct timespec ts;
+
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static size_t piece(void *ctx, int32_t token, const char **ret)
+{
+        size_t len = 0;
+
+        if (m40_vocab_piece(ctx, token, false, ret, &len))
+                *ret = "";
+        return len;
+}
+
+static int check_config(struct daemon *d)
+{
+        const struct m40d_config *c = &d->cfg;
+        char err[512];
+        int r;
+
+        if (c->group[0]) {
+                struct group *gr = getgrnam(c->group);
+
+                if (!gr) {
+                        m40d_log(LOG_ERR, "[server] group: no group named '%s'", c->group);
+                        return -ENOENT;
+                }
+                d->gid = gr->gr_gid;
+        } else {
+                d->gid = (gid_t)-1;
+        }
+        if (c->backend == M40D_BACKEND_CUDA) {
+                m40d_log(LOG_ERR, "[engine] backend = cuda: the CUDA engine is not built yet "
+                                  "(use auto or cpu)");
+                return M40_ENOTBUILT;
+        }
+        r = m40_gguf_open(c->model, &d->g, err, sizeof(err));
+        if (r) {
+                m40d_log(LOG_ERR, "[model] path: %s", err);
+                return r;
+        }
+        return 0;
+}
+
+static int load_model(struct daemon *d)
+{
+        struct m40_engine_limits lim = {0};
+        struct m40_engine_model info;
+        const char *tmpl_src = NULL, *base;
+        char err[512] = "";
+        int r;
+
+        if (d->cfg.backend == M40D_BACKEND_AUTO)
+                m40d_log(LOG_NOTICE, "backend auto: using the CPU engine (the CUDA engine is "
+                                     "not built yet)");
+        r = m40_vocab_new(d->g, &d->v, err, sizeof(err));
+        if (r)
+                return m40d_log_errno(r, "%s: cannot load the tokenizer: %s", d->cfg.model, err);
+        m40_gguf_get_str(d->g, "tokenizer.chat_template", NULL, &tmpl_src);
+        if (m40_chat_tmpl_detect(tmpl_src, &d->tmpl) == 1)
+                m40d_log(LOG_WARNING, "%s: %s chat template; chat requests use chatml",
+                         d->cfg.model, tmpl_src ? "unrecognised" : "no");
+        lim.max_seqs = d->cfg.max_sequences;
+        lim.max_ctx = d->cfg.max_context;
+        lim.kv_bytes = d->cfg.kv_memory_mib << 20;
+        lim.max_batch_tokens = d->cfg.max_batch_tokens;
+        lim.n_threads = d->cfg.threads;
+        lim.piece = piece;
+        lim.piece_ctx = d->v;
+        r = m40_cpu_engine_new(d->cfg.model, &lim, &d->e, err, sizeof(err));
+        if (r)
+                return m40d_log_errno(r, "%s: cannot load the model: %s", d->cfg.model, err);
+        m40_engine_model(d->e, &info);
+        base = strrchr(d->cfg.model, '/');
+        base = base ? base + 1 : d->cfg.model;
+        snprintf(d->model.model, sizeof(d->model.model), "%.127s", base);
+        snprintf(d->model.arch, sizeof(d->model.arch), "%s", info.arch);
+        snprintf(d->model.backend, sizeof(d->model.backend), "cpu");
+        snprintf(d->model.chat_tmpl, sizeof(d->model.chat_tmpl), "%s", m40_chat_tmpl_name(d->tmpl));
+        m40d_log(LOG_INFO,
+                 "loaded %s: %s, %u layers, dim %u, vocab %u, %.1f MiB of weights, "
+                 "chat template %s, backend cpu",
+                 base, info.arch, info.n_layers, info.dim, info.n_vocab,
+                 info.weight_bytes / 1048576.0, d->model.chat_tmpl);
+        return 0;
+}
+
+static int open_socket(struct daemon *d, int *ret_fd)
+{
+        int n = sd_listen_fds(1), r;
+
+        if (n > 1)
+                return m40d_log_errno(-EINVAL, "socket activation passed %d sockets, want 1", n);
+        if (n == 1) {
+                if (sd_is_socket_unix(SD_LISTEN_FDS_START, SOCK_STREAM, 1, NULL, 0) <= 0)
+                        return m40d_log_errno(-EINVAL, "the activated socket is not a "
+                                                       "listening Unix stream socket");
+                /* the loop accepts until EAGAIN: the passed socket must not block */
+                r = fcntl(SD_LISTEN_FDS_START, F_GETFL);
+                if (r < 0 || fcntl(SD_LISTEN_FDS_START, F_SETFL, r | O_NONBLOCK) < 0)
+                        return m40d_log_errno(-errno, "cannot make the activated socket "
+                                                      "non-blocking");
+                m40d_log(LOG_INFO, "listening on the socket systemd passed");
+                *ret_fd = SD_LISTEN_FDS_START;
+                return 0;
+        }
+        r = m40_ipc_listen(d->cfg.socket, d->gid, ret_fd);
+        if (r)
+                return m40d_log_errno(r, "cannot listen on %s", d->cfg.socket);
+        m40d_log(LOG_INFO, "listening on %s", d->cfg.socket);
+        return 0;
+}
+
+static void notify_status(struct daemon *d, const char *prefix)
+{
+        struct m40_proto_status st = d->model;
+
+        m40_sched_status(d->s, &st);
+        sd_notifyf(0, "%sSTATUS=%s: %u active, %u queued, %u clients, %.1f tokens/s", prefix,
+                   st.model, st.active, st.queued, st.clients, st.tokens_per_s);
+}
+
+/* Runs until a termination signal; then drains. Returns 0 or a negative error. */
+static int serve(struct daemon *d)
+{
+        uint64_t last_status = 0, last_ping = 0, stop_deadline = 0, ping_ns;
+        bool stopping = false;
+
+        ping_ns = d->watchdog_usec ? d->watchdog_usec * 1000u / 2 : 0;
+        for (;;) {
+                int busy = m40_sched_run(d->s), timeout = busy ? 0 : 1000, sig;
+                uint64_t t = now_ns();
+
+                /* the loop only gets here when the scheduler made its round: that is progress */
+                if (ping_ns && t - last_ping >= ping_ns) {
+                        sd_notify(0, "WATCHDOG=1");
+                        last_ping = t;
+                }
+                if (t - last_status >= STATUS_EVERY_NS) {
+                        notify_status(d, "");
+                        last_status = t;
+                }
+                if (stopping) {
+                        if (m40_sched_quiet(d->s, true))
+                                return 0;
+                        if (t >= stop_deadline) {
+                                if (!m40_sched_quiet(d->s, false)) {
+                                        m40d_log(LOG_WARNING, "shutdown timeout: cancelling "
+                                                              "the requests still running");
+                                        m40_sched_cancel_all(d->s, M40_ESHUTDOWN);
+                                        stop_deadline = t + 2000000000ull; /* deliver */
+                                        continue;
+                                }
+                                m40d_log(LOG_WARNING, "some clients did not read their last "
+                                                      "events");
+                                return 0;
+                        }
+                        if (!busy)
+                                timeout = 10;
+                }
+                if (!busy && m40_sched_sleep(d->s, true))
+                        timeout = 0;
+                sig = m40d_server_wait(d->srv, timeout);
+                m40_sched_sleep(d->s, false);
+                if (sig && !stopping) {
+                        stopping = true;
+                        stop_deadline = now_ns() + d->cfg.shutdown_timeout_s * 1000000000ull;
+                        m40d_log(LOG_INFO, "%s: draining (up to %u s)", strsignal(sig),
+                                 d->cfg.shutdown_timeout_s);
+                        sd_notify(0, "STOPPING=1\nSTATUS=draining");
+                        m40d_server_close_listener(d->srv);
+                        m40_sched_drain(d->s);
+                } else if (sig) {
+                        m40d_log(LOG_WARNING, "%s again: stopping now", strsignal(sig));
+                        m40_sched_cancel_all(d->s, M40_ESHUTDOWN);
+                        stop_deadline = now_ns();
+                }
+        }
+}
+
+int main(int argc, char **argv)
+{
+        enum { O_CHECK = 256 };
+        static const struct option opts[] = {
+                {"config", required_argument, 0, 'c'},
+                {"check-config", no_argument, 0, O_CHECK},
+                {"help", no_argument, 0, 'h'},
+                {0, 0, 0, 0},
+        };
+        static struct daemon d;
+        const char *path = DEFAULT_CONFIG;
+        bool check = false;
+        sigset_t sigs;
+        char err[1024];
+        int c, r, lfd = -1;
+
+        while ((c = getopt_long(argc, argv, "c:h", opts, NULL)) != -1) {
+                switch (c) {
+                case 'c':
+                        path = optarg;
+                        break;
+                case O_CHECK:
+                        check = true;
+                        break;
+                case 'h':
+                        usage(stdout);
+                        return 0;
+                default:
+                        usage(stderr);
+                        return 2;
+                }
+        }
+        if (optind != argc) {
+                usage(stderr);
+                return 2;
+        }
+        /* before any thread exists (the engine's pool), so that every thread blocks them and
+         * only the signalfd sees them */
+        sigemptyset(&sigs);
+        sigaddset(&sigs, SIGTERM);
+        sigaddset(&sigs, SIGINT);
+        sigaddset(&sigs, SIGHUP);
+        sigprocmask(SIG_BLOCK, &sigs, NULL);
+        signal(SIGPIPE, SIG_IGN);
+        m40d_config_default(&d.cfg);
+        r = m40d_config_load(&d.cfg, path, err, sizeof(err));
+        if (r) {
+                m40d_log(LOG_ERR, "%s", err);
+                return 1;
+        }
+        m40d_log_set_level(d.cfg.log_level);
+        r = check_config(&d);
+        if (r || check) {
+                if (!r)
+                        m40d_log(LOG_INFO,
+                                 "%s: configuration valid (model %s, backend %s, "
+                                 "socket %s)",
+                                 path, d.cfg.model, m40d_backend_name(d.cfg.backend), d.cfg.socket);
+                m40_gguf_free(d.g);
+                return r ? 1 : 0;
+        }
+        sd_notifyf(0, "STATUS=loading %s", d.cfg.model);
+        r = load_model(&d);
+        if (!r)
+                r = m40_sched_new(&d.cfg, d.e, d.v, d.tmpl, &d.s);
+        if (!r)
+                r = open_socket(&d, &lfd);
+        if (!r) {
+                r = m40d_server_new(lfd, d.gid, d.cfg.max_clients, d.s, &d.model, &d.srv);
+                if (r) {
+                        m40d_log_errno(r, "cannot set up the event loop");
+                        close(lfd);
+                }
+        }
+        if (r)
+                goto out;
+        if (sd_watchdog_enabled(0, &d.watchdog_usec) <= 0)
+                d.watchdog_usec = 0;
+        notify_status(&d, "READY=1\n");
+        m40d_log(LOG_INFO, "ready: %u sequences, up to %u clients", d.cfg.max_sequences,
+                 d.cfg.max_clients);
+        r = serve(&d);
+        m40d_log(LOG_INFO, "stopped");
+out:
+        d.srv = m40d_server_free(d.srv);
+        d.s = m40_sched_free(d.s);
+        m40_engine_free(d.e);
+        m40_vocab_free(d.v);
+        m40_gguf_free(d.g);
+        return r ? 1 : 0;
+}

@@ -1,0 +1,70 @@
+/* sched.h - m40d's scheduler: turns clients' submissions into engine sequences and engine
+ * events into each client's event ring.
+ *
+ * Continuous batching: requests are admitted into the engine between steps whenever a
+ * sequence slot and enough KV pages (prompt + max_tokens, reserved up front so a running
+ * sequence never runs out) are free; the rest wait in per-client queues. Admission is fair:
+ * the next request comes from the client with the fewest running sequences, ties broken
+ * round-robin, so a client with many requests cannot starve the others. Events a client
+ * has not read yet wait in the daemon per request, so a full event ring stalls only that
+ * client's delivery, never the engine or other clients. Limits from m40d.ini become ERROR
+ * events. Single-threaded: the daemon's main loop calls everything. */
+#ifndef M40D_SCHED_H
+#define M40D_SCHED_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "engine/engine.h"
+#include "ipc/ipc.h"
+#include "m40d/config.h"
+#include "text/chat.h"
+
+struct m40_vocab;
+struct m40_sched;
+struct m40_sched_client;
+
+/* m40_sched_new - a scheduler over engine e (borrowed) with vocabulary v (borrowed) and
+ * chat template tmpl, limits from cfg (copied). Returns 0 and it in *ret, or -ENOMEM. */
+int m40_sched_new(const struct m40d_config *cfg, struct m40_engine *e, const struct m40_vocab *v,
+                  enum m40_chat_tmpl tmpl, struct m40_sched **ret);
+/* m40_sched_free - frees s and every client still attached; accepts NULL; returns NULL. */
+struct m40_sched *m40_sched_free(struct m40_sched *s);
+
+/* m40_sched_client_new - attaches a client with a fresh shared region (sized from the
+ * config). Returns 0 and the client in *ret, or -errno. */
+int m40_sched_client_new(struct m40_sched *s, struct m40_sched_client **ret);
+/* m40_sched_client_free - detaches c: cancels its running sequences (freeing their slots
+ * and KV pages), drops its queued requests and undelivered events, unmaps its region.
+ * Accepts NULL; returns NULL. */
+struct m40_sched_client *m40_sched_client_free(struct m40_sched *s, struct m40_sched_client *c);
+/* m40_sched_client_region - the client's region (for WELCOME and its doorbell). */
+struct m40_ipc_region *m40_sched_client_region(struct m40_sched_client *c);
+/* m40_sched_client_broken - 0, or the M40_EPROTO the client earned by breaking the
+ * protocol (the caller then disconnects it). */
+int m40_sched_client_broken(const struct m40_sched_client *c);
+
+/* m40_sched_run - one round: read every client's submissions, admit what fits, run one
+ * engine step when sequences are active, deliver events. Returns 1 when the round did
+ * work (the caller should not sleep), 0 when idle; a failed engine step is reported by
+ * ERROR events to the affected requests, not here. */
+int m40_sched_run(struct m40_sched *s);
+
+/* m40_sched_sleep - before the caller blocks: raises (true) or lowers every client's
+ * daemon-sleeping flag. Raising returns true when a submission arrived meanwhile (do not
+ * block). */
+bool m40_sched_sleep(struct m40_sched *s, bool sleeping);
+
+/* m40_sched_drain - stop taking work: queued and new requests get ERROR M40_ESHUTDOWN;
+ * running ones continue. */
+void m40_sched_drain(struct m40_sched *s);
+/* m40_sched_cancel_all - end every running request with ERROR err. */
+void m40_sched_cancel_all(struct m40_sched *s, int err);
+/* m40_sched_quiet - nothing running or queued, and (when with_events) every event
+ * delivered to its ring. */
+bool m40_sched_quiet(const struct m40_sched *s, bool with_events);
+
+/* m40_sched_status - the state for STATUS and sd_notify (model fields are the caller's). */
+void m40_sched_status(const struct m40_sched *s, struct m40_proto_status *ret);
+
+#endif

@@ -1,0 +1,74 @@
+/* sched_impl.h - the scheduler's internal types, shared by sched.c (clients, admission,
+ * stepping, delivery) and request.c (turning a copied submission into a request). */
+#ifndef M40D_SCHED_IMPL_H
+#define M40D_SCHED_IMPL_H
+
+#include "m40d/sched.h"
+#include "text/detok.h"
+
+enum req_state {
+        REQ_QUEUED,
+        REQ_ACTIVE,
+        REQ_DONE, /* final event queued; freed once every event is delivered */
+};
+
+struct req {
+        struct req *next; /* in its client's list, submission order */
+        struct m40_sched_client *cl;
+        uint64_t id;
+        enum req_state state;
+        uint32_t flags;          /* M40_PROTO_SUB_* */
+        struct m40_seq_params p; /* p.prompt points at prompt */
+        int32_t *prompt;
+        uint32_t seq;   /* engine sequence id while ACTIVE */
+        uint32_t pages; /* KV pages reserved while ACTIVE */
+        uint64_t t_submit_ns;
+        struct m40_detok *detok;
+        struct m40_proto_ev *ev; /* undelivered events, ev[ev_head..n_ev) */
+        uint32_t n_ev, ev_head, cap_ev;
+};
+
+struct m40_sched_client {
+        struct m40_sched_client *prev, *next;
+        struct m40_ipc_region region;
+        struct req *reqs, *last;
+        uint32_t n_reqs, n_active, n_queued;
+        int broken;
+};
+
+struct m40_sched {
+        struct m40d_config cfg;
+        struct m40_engine *e;
+        const struct m40_vocab *v;
+        enum m40_chat_tmpl tmpl;
+        struct m40_engine_model model;
+        struct m40_sched_client *clients, *rr; /* rr: where the next admission round starts */
+        struct req **active;                   /* (max_sequences) */
+        uint32_t n_active, n_queued, n_clients;
+        uint32_t pages_total, pages_reserved, page_tokens, max_ctx;
+        uint64_t requests;
+        uint8_t *payload; /* (max_request_bytes) copy of one submission's payload */
+        int32_t *toks;    /* (max_ctx) tokenizer output */
+        char *chat;       /* formatted chat text */
+        size_t cap_chat;
+        struct m40_tok_scratch *scratch;
+        bool draining;
+};
+
+/* req_from_sub - builds a request from submission sub and its payload (both private
+ * copies). Returns 0 and a QUEUED request in *ret, or a negative code with a message for
+ * the client's ERROR event in why. */
+int req_from_sub(struct m40_sched *s, const struct m40_proto_sub *sub, const uint8_t *payload,
+                 struct req **ret, char *why, size_t whylen);
+/* req_free - frees r's memory (not its engine sequence); returns NULL. */
+struct req *req_free(struct req *r);
+/* req_event - appends a zeroed event of type for r (request id filled in) and returns it
+ * for the caller to complete, or NULL when out of memory. */
+struct m40_proto_ev *req_event(struct req *r, uint32_t type);
+/* req_text - appends len bytes of text as TEXT events, split at UTF-8 boundaries; token
+ * goes on the last one. Returns 0 or -ENOMEM. */
+int req_text(struct req *r, const char *text, size_t len, int32_t token, uint64_t t_ns);
+/* req_error - appends the final ERROR event (err, message why) and marks r DONE. */
+void req_error(struct req *r, int err, const char *why);
+
+#endif

@@ -1,0 +1,332 @@
+/* server.c - m40d's connections and event waiting (see server.h). */
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "ipc/ipc.h"
+#include "m40/error.h"
+#include "m40d/log.h"
+#include "m40d/server.h"
+
+enum watch_kind { W_LISTEN, W_SIGNAL, W_CONN, W_BELL };
+
+struct watch {
+        enum watch_kind kind;
+        struct conn *conn;
+};
+
+struct conn {
+        struct conn *prev, *next;
+        int fd;
+        pid_t pid;
+        uid_t uid;
+        struct watch w_sock, w_bell;
+        struct m40_sched_client *sc; /* NULL until the handshake is done */
+        size_t in_len;
+        uint8_t in[sizeof(struct m40_proto_msg) + sizeof(struct m40_proto_hello)];
+};
+
+struct m40d_server {
+        int epfd, lfd, sfd;
+        gid_t gid;
+        uint32_t max_clients, n_conns;
+        struct m40_sched *s;
+        struct m40_proto_status model;
+        struct conn *conns;
+        struct watch w_listen, w_signal;
+};
+
+static int watch_add(struct m40d_server *srv, int fd, struct watch *w, uint32_t events)
+{
+        struct epoll_event e = {.events = events, .data.ptr = w};
+
+        return epoll_ctl(srv->epfd, EPOLL_CTL_ADD, fd, &e) ? -errno : 0;
+}
+
+int m40d_server_new(int lfd, gid_t gid, uint32_t max_clients, struct m40_sched *s,
+                    const struct m40_proto_status *model, struct m40d_server **ret)
+{
+        struct m40d_server *srv = calloc(1, sizeof(*srv));
+        sigset_t set;
+        int r;
+
+        if (!srv)
+                return -ENOMEM;
+        srv->lfd = lfd;
+        srv->gid = gid;
+        srv->max_clients = max_clients;
+        srv->s = s;
+        srv->model = *model;
+        srv->w_listen.kind = W_LISTEN;
+        srv->w_signal.kind = W_SIGNAL;
+        sigemptyset(&set);
+        sigaddset(&set, SIGTERM);
+        sigaddset(&set, SIGINT);
+        sigaddset(&set, SIGHUP);
+        srv->sfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+        srv->epfd = epoll_create1(EPOLL_CLOEXEC);
+        if (srv->sfd < 0 || srv->epfd < 0) {
+                r = -errno;
+                goto fail;
+        }
+        r = watch_add(srv, lfd, &srv->w_listen, EPOLLIN);
+        if (!r)
+                r = watch_add(srv, srv->sfd, &srv->w_signal, EPOLLIN);
+        if (r)
+                goto fail;
+        *ret = srv;
+        return 0;
+fail:
+        srv->lfd = -1; /* the caller still owns it on failure */
+        m40d_server_free(srv);
+        return r;
+}
+
+static void conn_close(struct m40d_server *srv, struct conn *c, const char *why)
+{
+        if (why)
+                m40d_log(LOG_INFO, "client pid %d uid %u: disconnected (%s)", (int)c->pid,
+                         (unsigned)c->uid, why);
+        /* the client holds a copy of the doorbell, so closing ours would not remove it */
+        if (c->sc)
+                epoll_ctl(srv->epfd, EPOLL_CTL_DEL, m40_sched_client_region(c->sc)->bell_in, NULL);
+        c->sc = m40_sched_client_free(srv->s, c->sc);
+        close(c->fd);
+        if (c->prev)
+                c->prev->next = c->next;
+        else
+                srv->conns = c->next;
+        if (c->next)
+                c->next->prev = c->prev;
+        srv->n_conns--;
+        free(c);
+}
+
+struct m40d_server *m40d_server_free(struct m40d_server *srv)
+{
+        if (!srv)
+                return NULL;
+        while (srv->conns)
+                conn_close(srv, srv->conns, NULL);
+        if (srv->lfd >= 0)
+                close(srv->lfd);
+        if (srv->sfd >= 0)
+                close(srv->sfd);
+        if (srv->epfd >= 0)
+                close(srv->epfd);
+        free(srv);
+        return NULL;
+}
+
+void m40d_server_close_listener(struct m40d_server *srv)
+{
+        if (srv->lfd < 0)
+                return;
+        epoll_ctl(srv->epfd, EPOLL_CTL_DEL, srv->lfd, NULL);
+        close(srv->lfd);
+        srv->lfd = -1;
+}
+
+static void refuse(int fd, int status)
+{
+        struct m40_proto_welcome w = {.status = status, .version = M40_PROTO_VERSION};
+
+        m40_ipc_send(fd, M40_PROTO_WELCOME, &w, sizeof(w), NULL, 0);
+}
+
+static void on_accept(struct m40d_server *srv)
+{
+        for (;;) {
+                int fd = accept4(srv->lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+                struct conn *c;
+                pid_t pid;
+                uid_t uid;
+                int r;
+
+                if (fd < 0)
+                        return; /* EAGAIN, or a transient error: epoll reports again */
+                r = m40_ipc_peer_check(fd, srv->gid, &pid, &uid);
+                if (r) {
+                        m40d_log(LOG_NOTICE, "refusing a client: %s", m40_strerror(r));
+                        refuse(fd, r);
+                        close(fd);
+                        continue;
+                }
+                if (srv->n_conns >= srv->max_clients) {
+                        m40d_log(LOG_WARNING, "refusing client pid %d: %u clients already",
+                                 (int)pid, srv->n_conns);
+                        refuse(fd, -EUSERS);
+                        close(fd);
+                        continue;
+                }
+                c = calloc(1, sizeof(*c));
+                if (!c) {
+                        close(fd);
+                        continue;
+                }
+                c->fd = fd;
+                c->pid = pid;
+                c->uid = uid;
+                c->w_sock = (struct watch){.kind = W_CONN, .conn = c};
+                c->w_bell = (struct watch){.kind = W_BELL, .conn = c};
+                c->next = srv->conns;
+                if (srv->conns)
+                        srv->conns->prev = c;
+                srv->conns = c;
+                srv->n_conns++;
+                if (watch_add(srv, fd, &c->w_sock, EPOLLIN | EPOLLRDHUP))
+                        conn_close(srv, c, "epoll failed");
+        }
+}
+
+static int handshake(struct m40d_server *srv, struct conn *c)
+{
+        struct m40_proto_msg m;
+        struct m40_proto_hello h;
+        struct m40_ipc_region *g;
+        struct m40_proto_welcome w;
+        int r;
+
+        memcpy(&m, c->in, sizeof(m));
+        memcpy(&h, c->in + sizeof(m), sizeof(h));
+        if (m.type != M40_PROTO_HELLO || m.len != sizeof(h) || h.magic != M40_PROTO_MAGIC)
+                return M40_EPROTO;
+        if (h.version != M40_PROTO_VERSION) {
+                refuse(c->fd, M40_EVERSION);
+                return M40_EVERSION;
+        }
+        r = m40_sched_client_new(srv->s, &c->sc);
+        if (r) {
+                refuse(c->fd, r);
+                return r;
+        }
+        g = m40_sched_client_region(c->sc);
+        r = watch_add(srv, g->bell_in, &c->w_bell, EPOLLIN);
+        if (r)
+                return r;
+        w = g->layout;
+        w.status = 0;
+        w.client_id = (uint32_t)c->fd;
+        r = m40_ipc_send(c->fd, M40_PROTO_WELCOME, &w, sizeof(w),
+                         (int[]){g->memfd, g->bell_in, g->bell_out}, 3);
+        if (!r)
+                m40d_log(LOG_INFO, "client pid %d uid %u: connected", (int)c->pid,
+                         (unsigned)c->uid);
+        return r;
+}
+
+static int status_reply(struct m40d_server *srv, struct conn *c)
+{
+        struct m40_proto_status st = srv->model;
+
+        m40_sched_status(srv->s, &st);
+        return m40_ipc_send(c->fd, M40_PROTO_STATUS, &st, sizeof(st), NULL, 0);
+}
+
+/* Reads control messages; returns 0, or a reason to drop the connection. */
+static int on_readable(struct m40d_server *srv, struct conn *c, const char **why)
+{
+        for (;;) {
+                size_t want = c->sc ? sizeof(struct m40_proto_msg) : sizeof(c->in);
+                ssize_t k = recv(c->fd, c->in + c->in_len, want - c->in_len, 0);
+                struct m40_proto_msg m;
+                int r;
+
+                if (k < 0 && errno == EINTR)
+                        continue;
+                if (k < 0 && errno == EAGAIN)
+                        return 0;
+                if (k <= 0) {
+                        *why = k ? "socket error" : "closed";
+                        return -EPIPE;
+                }
+                c->in_len += (size_t)k;
+                if (c->in_len < want)
+                        continue;
+                c->in_len = 0;
+                if (!c->sc) {
+                        r = handshake(srv, c);
+                        if (r) {
+                                *why = "handshake failed";
+                                return r;
+                        }
+                        continue;
+                }
+                memcpy(&m, c->in, sizeof(m));
+                if (m.type != M40_PROTO_STATUS_REQ || m.len) {
+                        *why = "unexpected control message";
+                        return M40_EPROTO;
+                }
+                r = status_reply(srv, c);
+                if (r) {
+                        *why = "cannot answer STATUS";
+                        return r;
+                }
+        }
+}
+
+static void drop_broken(struct m40d_server *srv)
+{
+        struct conn *c = srv->conns;
+
+        while (c) {
+                struct conn *next = c->next;
+
+                if (c->sc && m40_sched_client_broken(c->sc))
+                        conn_close(srv, c, "protocol violation in its shared region");
+                c = next;
+        }
+}
+
+int m40d_server_wait(struct m40d_server *srv, int timeout_ms)
+{
+        struct epoll_event ev[32];
+        int sig = 0, n;
+
+        drop_broken(srv);
+        n = epoll_wait(srv->epfd, ev, 32, timeout_ms);
+        for (int i = 0; i < n; i++) {
+                struct watch *w = ev[i].data.ptr;
+                const char *why = NULL;
+                uint64_t v;
+
+                switch (w->kind) {
+                case W_LISTEN:
+                        on_accept(srv);
+                        break;
+                case W_SIGNAL: {
+                        struct signalfd_siginfo si;
+
+                        while (read(srv->sfd, &si, sizeof(si)) == sizeof(si)) {
+                                if (si.ssi_signo == SIGHUP)
+                                        m40d_log(LOG_NOTICE, "SIGHUP: nothing to reload; "
+                                                             "restart m40d to apply m40d.ini");
+                                else
+                                        sig = (int)si.ssi_signo;
+                        }
+                        break;
+                }
+                case W_BELL:
+                        if (read(m40_sched_client_region(w->conn->sc)->bell_in, &v, sizeof(v)) <
+                            0) {
+                                /* EAGAIN: rung and drained already */
+                        }
+                        break;
+                case W_CONN:
+                        if (on_readable(srv, w->conn, &why)) {
+                                /* the bell watch of a closed conn may be later in ev[] */
+                                for (int j = i + 1; j < n; j++)
+                                        if (((struct watch *)ev[j].data.ptr)->conn == w->conn)
+                                                ev[j].data.ptr = &srv->w_listen;
+                                conn_close(srv, w->conn, why);
+                        }
+                        break;
+                }
+        }
+        return sig;
+}

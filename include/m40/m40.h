@@ -1,0 +1,162 @@
+/* m40/m40.h - libm40, the client library of m40-llm: talk to a running m40d.
+ *
+ * A struct m40_client is one connection: a Unix socket plus a shared-memory region with a
+ * submission ring and an event ring (m40/proto.h). Submit requests (a raw prompt or chat
+ * messages, sampling and stop parameters), then read their events - admission, text
+ * pieces, and one final DONE or ERROR per request - with m40_client_next(), blocking with a
+ * timeout or driven by poll/epoll on m40_client_fd(). Every function is safe to call from
+ * several threads on the same connection; events of all requests of a connection come out
+ * of one queue, in the order the daemon produced them.
+ *
+ * Every function returns 0 (or a count) on success and a negative code on failure: -errno
+ * or a project code from m40/error.h; m40_strerror() describes either. Output parameters
+ * named ret_* are written only on success. The library never prints. */
+#ifndef M40_M40_H
+#define M40_M40_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "m40/error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define M40_DEFAULT_SOCKET "/run/m40d/m40d.sock"
+#define M40_TEXT_MAX       96 /* bytes of text in one event */
+
+struct m40_client;
+
+/* A chat message. role: "system", "user" or "assistant". */
+struct m40_message {
+        const char *role;
+        const char *content; /* NUL-terminated UTF-8 */
+};
+
+/* struct m40_request.set: the sampling fields the caller chose; the rest take the daemon's
+ * defaults (m40d.ini [sampling]). */
+enum {
+        M40_SET_TEMPERATURE = 1u << 0,
+        M40_SET_TOP_K = 1u << 1,
+        M40_SET_TOP_P = 1u << 2,
+        M40_SET_MIN_P = 1u << 3,
+        M40_SET_REPEAT_PENALTY = 1u << 4,
+        M40_SET_SEED = 1u << 5,
+};
+
+/* struct m40_request.flags */
+enum {
+        M40_REQUEST_IGNORE_EOS = 1u << 0, /* do not stop at end-of-generation tokens */
+        M40_REQUEST_TOKENS = 1u << 1,     /* report token ids in text events */
+};
+
+struct m40_request {
+        const char *prompt;                 /* raw prompt text, or NULL to use messages */
+        const struct m40_message *messages; /* chat, formatted with the model's template */
+        size_t n_messages;
+        uint32_t max_tokens; /* 0: the daemon's default */
+        uint32_t set;        /* M40_SET_* */
+        float temperature;   /* <= 0: greedy */
+        int32_t top_k;       /* <= 0: off */
+        float top_p;         /* >= 1: off */
+        float min_p;         /* <= 0: off */
+        float repeat_penalty;
+        uint64_t seed;
+        const char *const *stop; /* up to 8 stop strings of up to 64 bytes */
+        size_t n_stop;
+        uint32_t flags; /* M40_REQUEST_* */
+};
+
+enum m40_event_type {
+        M40_EVENT_ADMITTED = 1, /* the request started decoding */
+        M40_EVENT_TEXT = 2,     /* text (complete UTF-8) */
+        M40_EVENT_DONE = 3,     /* the request finished; finish and usage are set */
+        M40_EVENT_ERROR = 4,    /* the request failed; error and text (message) are set */
+};
+
+enum m40_finish_reason {
+        M40_FINISHED_LENGTH = 1,  /* max_tokens reached */
+        M40_FINISHED_EOS = 2,     /* the model ended its text */
+        M40_FINISHED_STOP = 3,    /* a stop string matched */
+        M40_FINISHED_CANCEL = 4,  /* m40_client_cancel() */
+        M40_FINISHED_CONTEXT = 5, /* the context window is full */
+        M40_FINISHED_KV = 6,      /* the daemon ran out of KV memory */
+};
+
+struct m40_reply {
+        uint32_t type;               /* enum m40_event_type */
+        uint64_t id;                 /* the request's id from m40_client_submit() */
+        char text[M40_TEXT_MAX + 1]; /* NUL-terminated; len bytes (TEXT, ERROR) */
+        size_t len;
+        int32_t token;   /* TEXT with M40_REQUEST_TOKENS: the last token id, else -1 */
+        uint32_t finish; /* DONE: enum m40_finish_reason */
+        int error;       /* ERROR: negative code */
+        uint32_t n_prompt, n_generated;
+        uint64_t t_daemon_ns; /* CLOCK_MONOTONIC: TEXT produced / ADMITTED admitted */
+        uint64_t t_submit_ns; /* ADMITTED: when the request was submitted */
+};
+
+struct m40_status {
+        char model[128];
+        char arch[16];
+        char backend[16];
+        char chat_template[24];
+        uint32_t clients, active, queued, max_sequences;
+        uint32_t kv_pages_used, kv_pages_total, n_ctx, n_vocab;
+        uint64_t prompt_tokens, generated_tokens, requests;
+        double tokens_per_s;
+        bool draining;
+};
+
+/* m40_client_connect - connect to the daemon at socket path (NULL: $M40_SOCKET, else
+ * M40_DEFAULT_SOCKET) and do the handshake. Returns 0 and a connection in *ret_client;
+ * -ENOENT/-ECONNREFUSED when no daemon listens, -EACCES when the daemon refuses this
+ * user, M40_EVERSION on a protocol mismatch, -EUSERS when the daemon has too many clients,
+ * M40_EPROTO on a malformed answer, or -errno. */
+int m40_client_connect(const char *path, struct m40_client **ret_client);
+
+/* m40_client_disconnect - close the connection (the daemon cancels its requests) and free
+ * c. Accepts NULL; returns NULL. No other thread may use c during or after the call. */
+struct m40_client *m40_client_disconnect(struct m40_client *c);
+
+/* m40_request_init - fills *r with an empty request: no prompt, daemon defaults. */
+void m40_request_init(struct m40_request *r);
+
+/* m40_client_submit - queue request r. Returns 0 and its id in *ret_id; -EAGAIN when the
+ * submission ring or payload area is full (read events, then retry); -E2BIG when the
+ * prompt, messages and stop strings exceed the daemon's per-request size; -EINVAL for a
+ * request without a prompt or with bad fields; -EPIPE when the daemon is gone. The
+ * daemon may still reject the request later with an ERROR event (limits, shutdown). r and
+ * the strings it points to are copied; the caller keeps them. */
+int m40_client_submit(struct m40_client *c, const struct m40_request *r, uint64_t *ret_id);
+
+/* m40_client_cancel - ask the daemon to stop request id; its DONE (finish CANCEL) or
+ * ERROR event still follows. Returns 0, -EAGAIN when the ring is full, -EPIPE. */
+int m40_client_cancel(struct m40_client *c, uint64_t id);
+
+/* m40_client_next - the next event, waiting up to timeout_ms (< 0: forever, 0: no wait).
+ * Returns 0 with the event in *ret; -EAGAIN (timeout 0) or -ETIMEDOUT when there is none
+ * yet; -EINTR when a signal interrupted the wait; -EPIPE when the daemon closed the
+ * connection (died or stopped) and no event is left; M40_EPROTO when the daemon wrote a
+ * malformed event ring. */
+int m40_client_next(struct m40_client *c, int timeout_ms, struct m40_reply *ret);
+
+/* m40_client_fd - a descriptor that becomes readable when events may be waiting or the
+ * daemon hung up; for poll/epoll. After it fires, call m40_client_next(c, 0, ...) until it
+ * returns -EAGAIN, which re-arms it. Owned by c. */
+int m40_client_fd(struct m40_client *c);
+
+/* m40_client_status - ask the daemon for its state. Returns 0 and fills *ret_status, or
+ * -EPIPE/-errno, M40_EPROTO. */
+int m40_client_status(struct m40_client *c, struct m40_status *ret_status);
+
+/* m40_finish_name - "length", "eos", "stop", "cancel", "context", "kv", or "?". */
+const char *m40_finish_name(uint32_t finish);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
