@@ -6,6 +6,7 @@
 #include <sys/epoll.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ipc/ipc.h"
@@ -14,6 +15,10 @@
 #include "m40d/server.h"
 
 enum watch_kind { W_LISTEN, W_SIGNAL, W_CONN, W_BELL };
+
+/* A connection that has not completed its HELLO by then is closed: it would otherwise hold
+ * one of the max_clients places for as long as its peer likes. */
+#define HANDSHAKE_TIMEOUT_MS 5000
 
 struct watch {
         enum watch_kind kind;
@@ -27,6 +32,7 @@ struct conn {
         uid_t uid;
         struct watch w_sock, w_bell;
         struct m40_sched_client *sc; /* NULL until the handshake is done */
+        int64_t deadline_ms;         /* CLOCK_MONOTONIC: end of the handshake window */
         size_t in_len;
         uint8_t in[sizeof(struct m40_proto_msg) + sizeof(struct m40_proto_hello)];
 };
@@ -40,6 +46,14 @@ struct m40d_server {
         struct conn *conns;
         struct watch w_listen, w_signal;
 };
+
+static int64_t now_ms(void)
+{
+        struct timespec ts;
+
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 
 static int watch_add(struct m40d_server *srv, int fd, struct watch *w, uint32_t events)
 {
@@ -170,6 +184,7 @@ static void on_accept(struct m40d_server *srv)
                         continue;
                 }
                 c->fd = fd;
+                c->deadline_ms = now_ms() + HANDSHAKE_TIMEOUT_MS;
                 c->pid = pid;
                 c->uid = uid;
                 c->w_sock = (struct watch){.kind = W_CONN, .conn = c};
@@ -270,25 +285,39 @@ static int on_readable(struct m40d_server *srv, struct conn *c, const char **why
         }
 }
 
-static void drop_broken(struct m40d_server *srv)
+/* Closes connections that broke the protocol in their region or did not complete the
+ * handshake in time; returns the ms until the next handshake deadline, or -1 if none. */
+static int drop_broken(struct m40d_server *srv)
 {
         struct conn *c = srv->conns;
+        int64_t now = now_ms(), next_deadline = -1;
 
         while (c) {
                 struct conn *next = c->next;
 
-                if (c->sc && m40_sched_client_broken(c->sc))
+                if (c->sc && m40_sched_client_broken(c->sc)) {
                         conn_close(srv, c, "protocol violation in its shared region");
+                } else if (!c->sc && now >= c->deadline_ms) {
+                        conn_close(srv, c, "no handshake within 5 s");
+                } else if (!c->sc) {
+                        int64_t left = c->deadline_ms - now;
+
+                        if (next_deadline < 0 || left < next_deadline)
+                                next_deadline = left;
+                }
                 c = next;
         }
+        return (int)next_deadline;
 }
 
 int m40d_server_wait(struct m40d_server *srv, int timeout_ms)
 {
         struct epoll_event ev[32];
-        int sig = 0, n;
+        int sig = 0, n, until_deadline;
 
-        drop_broken(srv);
+        until_deadline = drop_broken(srv);
+        if (until_deadline >= 0 && (timeout_ms < 0 || until_deadline < timeout_ms))
+                timeout_ms = until_deadline + 1;
         n = epoll_wait(srv->epfd, ev, 32, timeout_ms);
         for (int i = 0; i < n; i++) {
                 struct watch *w = ev[i].data.ptr;

@@ -304,6 +304,17 @@ int main(int argc, char **argv)
         raw_close(&x);
         CHECK(raw_connect(&x, M40_PROTO_MAGIC, 99) == M40_EVERSION);
         raw_close(&x);
+        {
+                /* A peer that never says HELLO is closed after the 5 s handshake window. */
+                struct raw idle = {.fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)};
+                struct sockaddr_un a = {.sun_family = AF_UNIX};
+
+                snprintf(a.sun_path, sizeof(a.sun_path), "%s", sock);
+                CHECK(idle.fd >= 0 && connect(idle.fd, (struct sockaddr *)&a, sizeof(a)) == 0);
+                CHECK(!dropped(&idle, 3000));
+                CHECK(dropped(&idle, 4000));
+                close(idle.fd);
+        }
         for (int i = 0; i < 8; i++) {
                 if (adversarial(i)) {
                         fprintf(stderr, "adversarial case %d failed\n", i);
