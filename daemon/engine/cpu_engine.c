@@ -1,9 +1,10 @@
 /* cpu_engine.c - the CPU reference engine behind the engine interface (see engine.h).
  *
  * Owns the sequence slots, the step scheduler (decode tokens first, then prompt chunks up
- * to max_batch_tokens, all in one forward pass), the event queue, stop conditions and
- * statistics. The math is in forward.c, the KV page accounting in kv.c, sampling in
- * sampler.c. */
+ * to max_batch_tokens, all in one forward pass), the event queue, stop conditions,
+ * statistics and the resolution of the limits' defaults (activation mode M40_ACT_GGML
+ * unless M40_ACT_F32 is asked for). The math is in forward.c, the KV page accounting in
+ * kv.c, sampling in sampler.c. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -474,6 +475,8 @@ static void fill_limits(struct m40_engine_limits *lim, const struct m40_model *m
                 lim->page_tokens = 16;
         if (!lim->max_batch_tokens)
                 lim->max_batch_tokens = 256;
+        if (lim->act == M40_ACT_DEFAULT)
+                lim->act = M40_ACT_GGML;
         if (!lim->n_threads) {
                 ncpu = sysconf(_SC_NPROCESSORS_ONLN);
                 lim->n_threads = ncpu > 0 ? (uint32_t)ncpu : 1;
@@ -502,6 +505,12 @@ int m40_cpu_engine_new(const char *path, const struct m40_engine_limits *lim,
         e->base.ops = &cpu_ops;
         if (lim)
                 e->lim = *lim;
+        r = -EINVAL;
+        if (e->lim.act > M40_ACT_GGML) {
+                if (err)
+                        snprintf(err, errlen, "unknown activation mode %u", e->lim.act);
+                goto out_free;
+        }
         r = m40_model_load(path, &e->m, err, errlen);
         if (r)
                 goto out_free;
@@ -519,7 +528,7 @@ int m40_cpu_engine_new(const char *path, const struct m40_engine_limits *lim,
         r = r ? r : m40_kv_pages_new((uint32_t)n_pages, e->lim.page_tokens, &e->pages);
         r = r ? r
               : m40_fwd_init(&e->fwd, e->m, e->pool, e->lim.max_batch_tokens, e->lim.max_ctx,
-                             (uint32_t)n_pages, e->lim.page_tokens);
+                             (uint32_t)n_pages, e->lim.page_tokens, e->lim.act);
         r = r ? r : m40_sampler_scratch_init(&e->scratch, e->m->n_vocab);
         if (r)
                 goto out_err;

@@ -80,6 +80,20 @@ struct m40_event {
  * and points *ret at it (borrowed, valid until the next call). */
 typedef size_t (*m40_piece_fn)(void *ctx, int32_t token, const char **ret);
 
+/* Activation precision of the matrix products (m40_engine_limits.act). */
+enum m40_act {
+        M40_ACT_DEFAULT = 0, /* the engine's choice: M40_ACT_GGML for the CPU engine */
+        /* Activations stay float32 everywhere: the executable specification the CUDA kernels
+         * (FP32 math) implement and are compared against. */
+        M40_ACT_F32 = 1,
+        /* As ggml's x86 CPU backend (llama.cpp on a CPU): the vector operand of each matrix
+         * product is converted to the weight type's partner first (Q8_0 for Q4_0/Q5_0/Q8_0,
+         * Q8_1 for Q4_1/Q5_1, Q8_K for the K types, f16 for F16, bf16 for BF16; F32
+         * unchanged) and multiplied by integer block dot products; attention rounds q and the
+         * softmax weights to f16. Faster on CPUs, and matches llama.cpp's tokens. */
+        M40_ACT_GGML = 2,
+};
+
 struct m40_engine_limits {
         uint32_t max_seqs;         /* sequence slots; default 16 */
         uint32_t max_ctx;          /* positions per sequence; default min(train ctx, 4096) */
@@ -89,6 +103,7 @@ struct m40_engine_limits {
         uint32_t n_threads;        /* CPU engine threads; default: online CPUs */
         m40_piece_fn piece;        /* optional detokenizer for stop strings */
         void *piece_ctx;
+        uint32_t act; /* enum m40_act; 0: the engine's default */
 };
 
 struct m40_engine_model {
@@ -163,8 +178,10 @@ void m40_engine_model(struct m40_engine *e, struct m40_engine_model *ret);
 struct m40_engine *m40_engine_free(struct m40_engine *e);
 
 /* m40_cpu_engine_new - the CPU reference engine for the GGUF at path. lim may be NULL
- * (all defaults) and any field 0 means its default. Returns 0 and the engine in *ret;
- * -errno, M40_EFORMAT or M40_EUNSUPPORTED with a message in err otherwise. */
+ * (all defaults) and any field 0 means its default; the default activation mode is
+ * M40_ACT_GGML (ask for M40_ACT_F32 to get the specification of the CUDA kernels).
+ * Returns 0 and the engine in *ret; -errno, M40_EFORMAT or M40_EUNSUPPORTED with a
+ * message in err otherwise (-EINVAL for an unknown act). */
 int m40_cpu_engine_new(const char *path, const struct m40_engine_limits *lim,
                        struct m40_engine **ret, char *err, size_t errlen);
 

@@ -28,16 +28,21 @@ struct m40_fwd {
         uint16_t *k_cache, *v_cache; /* (n_pages, n_layers, page_tokens, kv_dim) f16 */
         size_t page_stride;          /* n_layers * page_tokens * kv_dim */
         float *x, *xn, *q, *k, *v, *att, *gate, *up, *tmp; /* (max_tokens, width) each */
-        float *scores;                                     /* (threads, max_ctx) */
+        float *scores;       /* (threads, score_stride): attention scratch */
+        size_t score_stride; /* max_ctx, plus 66 * head_dim in ggml mode */
+        uint32_t act;        /* enum m40_act: M40_ACT_F32 or M40_ACT_GGML */
+        void *xq;            /* ggml mode: converted activations, (max_tokens, widest row) */
         /* set per run for the worker threads */
         const struct m40_fwd_tok *toks;
         uint32_t n_toks, layer;
 };
 
-/* m40_fwd_init - scratch for max_tokens tokens of max_ctx positions and n_pages KV pages.
- * Returns 0 or -ENOMEM (then call m40_fwd_done()). */
+/* m40_fwd_init - scratch for max_tokens tokens of max_ctx positions and n_pages KV pages,
+ * computing in activation mode act (M40_ACT_F32 or M40_ACT_GGML, engine.h). Returns 0 or
+ * -ENOMEM (then call m40_fwd_done()). */
 int m40_fwd_init(struct m40_fwd *f, const struct m40_model *m, struct m40_pool *pool,
-                 uint32_t max_tokens, uint32_t max_ctx, uint32_t n_pages, uint32_t page_tokens);
+                 uint32_t max_tokens, uint32_t max_ctx, uint32_t n_pages, uint32_t page_tokens,
+                 uint32_t act);
 void m40_fwd_done(struct m40_fwd *f);
 
 /* m40_fwd_run - run n (<= max_tokens) tokens through the model, writing their K/V into the

@@ -1,12 +1,15 @@
 /* matmul.c - the CPU engine's weight-times-activation products (see matmul.h).
  *
  * W (n_out, n_in) of GGML type t, x (n_tok, n_in) float32 -> y (n_tok, n_out) float32.
- * A row is dequantized M40_MATMUL_CHUNK elements at a time into a stack buffer, then dotted
- * with every token of a tile of up to TOK_TILE tokens; the per-row sum is the sum over
- * chunks of m40_cpu_dot(), so tiling never changes a result. Threads take contiguous row
- * ranges (rounded to 16 rows so neighbours do not share cache lines of y). */
+ * Float mode: a row is dequantized M40_MATMUL_CHUNK elements at a time into a stack
+ * buffer, then dotted with every token of a tile of up to TOK_TILE tokens; the per-row sum
+ * is the sum over chunks of m40_cpu_dot(), so tiling never changes a result. ggml mode:
+ * the x rows are converted once (actq.h), then each (row, token) is one block dot product.
+ * Threads take contiguous row ranges (rounded to 16 rows so neighbours do not share cache
+ * lines of y). */
 #include "matmul.h"
 
+#include "actq.h"
 #include "dequant_inl.h"
 #include "model/ggml_type.h"
 
@@ -134,4 +137,78 @@ void m40_cpu_matmul(struct m40_pool *pool, const struct m40_weight *w, const flo
         struct mm_job j = {w, x, n_tok, y};
 
         m40_pool_run(pool, mm_thread, &j);
+}
+
+/* ---- ggml activation mode ---- */
+
+#define CONVERT_SERIAL 16384 /* elements converted on the calling thread below this */
+
+struct mmq_job {
+        const struct m40_weight *w;
+        const float *x;
+        size_t n_tok, rb; /* rb: bytes of one row of a */
+        uint8_t *xq;      /* the converted rows, (n_tok, rb) */
+        const uint8_t *a; /* the rows the kernel reads: xq, or x itself for F32 */
+        m40_act_dot_fn dot;
+        float *y;
+};
+
+static void convert_thread(void *ctx, unsigned ith, unsigned nth)
+{
+        const struct mmq_job *j = ctx;
+
+        for (size_t t = ith; t < j->n_tok; t += nth)
+                m40_act_convert(j->w->type, j->x + t * j->w->n_in, j->xq + t * j->rb, j->w->n_in);
+}
+
+static void mmq_thread(void *ctx, unsigned ith, unsigned nth)
+{
+        const struct mmq_job *j = ctx;
+        const uint32_t n = j->w->n_out;
+        uint32_t per = (n + nth - 1) / nth;
+        uint32_t r0, r1;
+
+        per = (per + 15) & ~15u;
+        r0 = per * ith;
+        r1 = r0 + per;
+        if (r0 >= n)
+                return;
+        if (r1 > n)
+                r1 = n;
+        for (size_t t0 = 0; t0 < j->n_tok; t0 += TOK_TILE) {
+                const size_t nt = j->n_tok - t0 < TOK_TILE ? j->n_tok - t0 : TOK_TILE;
+
+                for (uint32_t o = r0; o < r1; o++) {
+                        const uint8_t *row =
+                                (const uint8_t *)j->w->data + (size_t)o * j->w->row_bytes;
+
+                        for (size_t t = t0; t < t0 + nt; t++)
+                                j->y[t * n + o] = j->dot(row, j->a + t * j->rb, j->w->n_in);
+                }
+        }
+}
+
+void m40_cpu_matmul_ggml(struct m40_pool *pool, const struct m40_weight *w, const float *x,
+                         size_t n_tok, float *y, void *scratch)
+{
+        struct mmq_job j = {
+                .w = w,
+                .x = x,
+                .n_tok = n_tok,
+                .rb = m40_act_row_bytes(w->type, w->n_in),
+                .xq = scratch,
+                .a = scratch,
+                .dot = m40_act_dot(w->type),
+                .y = y,
+        };
+
+        if (!j.rb) { /* F32: the float rows as they are */
+                j.rb = (size_t)w->n_in * sizeof(float);
+                j.a = (const uint8_t *)x;
+        } else if (n_tok * w->n_in < CONVERT_SERIAL) {
+                convert_thread(&j, 0, 1);
+        } else {
+                m40_pool_run(pool, convert_thread, &j);
+        }
+        m40_pool_run(pool, mmq_thread, &j);
 }

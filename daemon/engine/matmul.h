@@ -1,9 +1,10 @@
-/* matmul.h - weight matrices of any supported GGML type times float activations.
+/* matmul.h - weight matrices of any supported GGML type times activations.
  *
  * Owns struct m40_weight (a borrowed view of one 2-D GGUF tensor) and the CPU engine's
- * matrix-vector product, the operation that dominates decoding. Activations stay float32
- * (no activation quantization, unlike ggml's CPU backend): this is the contract the CUDA
- * kernels implement, and the reason logits differ slightly from llama.cpp's. */
+ * matrix products, the operation that dominates decoding, in both activation modes:
+ * m40_cpu_matmul() keeps activations float32 (M40_ACT_F32, the contract the CUDA kernels
+ * implement); m40_cpu_matmul_ggml() converts them first as ggml's CPU backend does
+ * (M40_ACT_GGML, actq.h), which is what llama.cpp computes and faster on CPUs. */
 #ifndef M40_ENGINE_MATMUL_H
 #define M40_ENGINE_MATMUL_H
 
@@ -36,5 +37,13 @@ void m40_cpu_matmul_rows(const struct m40_weight *w, const float *x, size_t n_to
  * count, so a sequence's results do not depend on what it is batched with. */
 void m40_cpu_matmul(struct m40_pool *pool, const struct m40_weight *w, const float *x, size_t n_tok,
                     float *y);
+
+/* m40_cpu_matmul_ggml - y (n_tok, n_out) = x (n_tok, n_in) times W^T as ggml's CPU backend
+ * computes one token's product (actq.h): each x row is converted for W's type into
+ * scratch (n_tok * m40_act_row_bytes(type, n_in) bytes; unused for F32 weights), then
+ * each output is one ggml dot product. Results do not depend on n_tok, batching or the
+ * thread count. */
+void m40_cpu_matmul_ggml(struct m40_pool *pool, const struct m40_weight *w, const float *x,
+                         size_t n_tok, float *y, void *scratch);
 
 #endif

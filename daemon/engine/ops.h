@@ -3,7 +3,8 @@
  * Owns RMSNorm, RoPE (GGUF "normal" adjacent-pair layout for llama, NEOX half-split
  * layout for qwen2), softmax, SwiGLU and single-token attention over a paged f16 KV cache.
  * Each follows ggml's CPU operator of the same name (accumulation precision included) and
- * is the reference its CUDA kernel is tested against. */
+ * is the reference its CUDA kernel is tested against (M40_ACT_F32). The *_ggml variants
+ * (ops_ggml.c) are the M40_ACT_GGML mode's: ggml's exact roundings and summation orders. */
 #ifndef M40_ENGINE_OPS_H
 #define M40_ENGINE_OPS_H
 
@@ -52,5 +53,32 @@ struct m40_kv_view {
 void m40_cpu_attention_head(const struct m40_kv_view *kv, const float *q, uint32_t kvh,
                             uint32_t head_dim, uint32_t pos, float scale, float *scores,
                             float *out);
+
+/* ---- M40_ACT_GGML mode (ops_ggml.c): the same operations as ggml's x86 CPU backend
+ * computes them, bit for bit (its AVX-512 build, as llama.cpp's CPU graph runs them
+ * without flash attention, one token at a time). ---- */
+
+/* m40_cpu_rope_ggml - m40_cpu_rope() with ggml's fused products: x0' = fma(x0, cos,
+ * -(x1 sin)), x1' = fma(x0, sin, x1 cos). */
+void m40_cpu_rope_ggml(const struct m40_rope *r, float *x, uint32_t n_heads, uint32_t head_dim,
+                       int32_t pos);
+
+/* m40_cpu_ggml_expf - ggml_v_expf(): e^x by ggml's range reduction and degree-5
+ * polynomial (within 2 ulp of e^x; 0 below about -104, inf above about 88.7). */
+float m40_cpu_ggml_expf(float x);
+
+/* m40_cpu_swiglu_ggml - gate[i] = silu(gate[i]) * up[i] over n_tok rows of n, silu(v) =
+ * v / (1 + ggml_expf(-v)) in blocks of 16 from each row's start, v / (1 + expf(-v)) for
+ * a row's last n % 16 (ggml_vec_swiglu_f32). */
+void m40_cpu_swiglu_ggml(float *gate, const float *up, size_t n_tok, size_t n);
+
+/* m40_cpu_attention_head_ggml - m40_cpu_attention_head() as llama.cpp's CPU graph computes
+ * it: q rounded to f16; q . k by ggml_vec_dot_f16 (64-element steps into 4 x 16 fma lanes,
+ * a fixed tree, the rest in double); softmax by ggml_expf with per-16 sums in double;
+ * the weights rounded to f16 and dotted with V the same way (positions in the lanes).
+ * scratch has room for pos + 1 + 66 * head_dim floats. */
+void m40_cpu_attention_head_ggml(const struct m40_kv_view *kv, const float *q, uint32_t kvh,
+                                 uint32_t head_dim, uint32_t pos, float scale, float *scratch,
+                                 float *out);
 
 #endif

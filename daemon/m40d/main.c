@@ -13,6 +13,10 @@
 #include <time.h>
 
 #include "engine/engine.h"
+#ifdef M40_HAVE_CUDA_ENGINE
+#include "cuda/cuda_engine.h"
+#include "cuda/device.h"
+#endif
 #include "ipc/ipc.h"
 #include "m40/error.h"
 #include "m40d/config.h"
@@ -90,11 +94,13 @@ static int check_config(struct daemon *d)
         } else {
                 d->gid = (gid_t)-1;
         }
+#ifndef M40_HAVE_CUDA_ENGINE
         if (c->backend == M40D_BACKEND_CUDA) {
-                m40d_log(LOG_ERR, "[engine] backend = cuda: the CUDA engine is not built yet "
-                                  "(use auto or cpu)");
+                m40d_log(LOG_ERR, "[engine] backend = cuda: this m40d was built without CUDA "
+                                  "(meson -Dcuda=enabled; or use auto or cpu)");
                 return M40_ENOTBUILT;
         }
+#endif
         r = m40_gguf_open(c->model, &d->g, err, sizeof(err));
         if (r) {
                 m40d_log(LOG_ERR, "[model] path: %s", err);
@@ -103,17 +109,60 @@ static int check_config(struct daemon *d)
         return 0;
 }
 
+/* new_engine - creates d->e for the configured backend: cpu, cuda (GPU 0, or fail), or
+ * auto (the CUDA engine when this m40d has it and a GPU is usable, else the CPU engine,
+ * saying which and why). *ret_backend names the engine that runs. */
+static int new_engine(struct daemon *d, const struct m40_engine_limits *lim,
+                      const char **ret_backend)
+{
+        char err[512] = "";
+        int r;
+
+#ifdef M40_HAVE_CUDA_ENGINE
+        if (d->cfg.backend != M40D_BACKEND_CPU) {
+                int n = 0;
+
+                r = m40_cuda_device_count(&n);
+                if (r)
+                        snprintf(err, sizeof(err), "cannot list CUDA GPUs");
+                else if (n == 0)
+                        r = M40_ENODEVICE;
+                else
+                        r = m40_cuda_engine_new(d->cfg.model, lim, 0, &d->e, err, sizeof(err));
+                if (r == M40_ENODEVICE && !err[0])
+                        snprintf(err, sizeof(err), "no CUDA GPU found");
+                if (r == 0) {
+                        *ret_backend = "cuda";
+                        return 0;
+                }
+                if (d->cfg.backend == M40D_BACKEND_CUDA)
+                        return m40d_log_errno(r, "%s: backend cuda: %s", d->cfg.model, err);
+                m40d_log(LOG_NOTICE,
+                         "backend auto: the CUDA engine cannot run (%s); using the "
+                         "CPU engine",
+                         err);
+        }
+#else
+        if (d->cfg.backend == M40D_BACKEND_AUTO)
+                m40d_log(LOG_NOTICE, "backend auto: this m40d was built without CUDA; using "
+                                     "the CPU engine");
+#endif
+        r = m40_cpu_engine_new(d->cfg.model, lim, &d->e, err, sizeof(err));
+        if (r)
+                return m40d_log_errno(r, "%s: cannot load the model: %s", d->cfg.model, err);
+        *ret_backend = "cpu";
+        return 0;
+}
+
 static int load_model(struct daemon *d)
 {
+        const char *backend = "cpu";
         struct m40_engine_limits lim = {0};
         struct m40_engine_model info;
         const char *tmpl_src = NULL, *base;
         char err[512] = "";
         int r;
 
-        if (d->cfg.backend == M40D_BACKEND_AUTO)
-                m40d_log(LOG_NOTICE, "backend auto: using the CPU engine (the CUDA engine is "
-                                     "not built yet)");
         r = m40_vocab_new(d->g, &d->v, err, sizeof(err));
         if (r)
                 return m40d_log_errno(r, "%s: cannot load the tokenizer: %s", d->cfg.model, err);
@@ -128,21 +177,21 @@ static int load_model(struct daemon *d)
         lim.n_threads = d->cfg.threads;
         lim.piece = piece;
         lim.piece_ctx = d->v;
-        r = m40_cpu_engine_new(d->cfg.model, &lim, &d->e, err, sizeof(err));
+        r = new_engine(d, &lim, &backend);
         if (r)
-                return m40d_log_errno(r, "%s: cannot load the model: %s", d->cfg.model, err);
+                return r;
         m40_engine_model(d->e, &info);
         base = strrchr(d->cfg.model, '/');
         base = base ? base + 1 : d->cfg.model;
         snprintf(d->model.model, sizeof(d->model.model), "%.127s", base);
         snprintf(d->model.arch, sizeof(d->model.arch), "%s", info.arch);
-        snprintf(d->model.backend, sizeof(d->model.backend), "cpu");
+        snprintf(d->model.backend, sizeof(d->model.backend), "%s", backend);
         snprintf(d->model.chat_tmpl, sizeof(d->model.chat_tmpl), "%s", m40_chat_tmpl_name(d->tmpl));
         m40d_log(LOG_INFO,
                  "loaded %s: %s, %u layers, dim %u, vocab %u, %.1f MiB of weights, "
-                 "chat template %s, backend cpu",
+                 "chat template %s, backend %s",
                  base, info.arch, info.n_layers, info.dim, info.n_vocab,
-                 info.weight_bytes / 1048576.0, d->model.chat_tmpl);
+                 info.weight_bytes / 1048576.0, d->model.chat_tmpl, backend);
         return 0;
 }
 

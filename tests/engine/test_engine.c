@@ -316,11 +316,53 @@ static void test_sampler_chain(void)
         printf("sampler chain on synthetic logits: done\n");
 }
 
+/* test_act_modes - both activation modes run (and differ, the Q4_K model being quantized);
+ * an unknown mode is refused with -EINVAL. */
+static void test_act_modes(void)
+{
+        static const int32_t prompt[] = {1, 5, 100, 200, 17};
+        float lg[2][512];
+        int r;
+
+        for (uint32_t act = M40_ACT_F32; act <= M40_ACT_GGML; act++) {
+                struct m40_engine_limits lim = {.max_seqs = 1, .n_threads = 1, .act = act};
+                struct m40_seq_params p = params(prompt, 5, 1);
+                struct m40_engine *e = NULL;
+                struct m40_event ev[4];
+                uint32_t id;
+                char err[256];
+
+                p.keep_logits = true;
+                r = m40_cpu_engine_new(model, &lim, &e, err, sizeof(err));
+                CHECK(r == 0, "engine in mode %u: %s", act, err);
+                if (r)
+                        continue;
+                CHECK(m40_engine_admit(e, &p, &id) == 0, "admit in mode %u", act);
+                while (m40_engine_step(e) > 0)
+                        while (m40_engine_events(e, ev, 4))
+                                ;
+                CHECK(m40_engine_logits(e, id, lg[act - M40_ACT_F32], 512) == 0,
+                      "logits in mode %u", act);
+                m40_engine_free(e);
+        }
+        CHECK(memcmp(lg[0], lg[1], sizeof(lg[0])) != 0, "f32 and ggml modes give the same logits");
+        {
+                struct m40_engine_limits lim = {.act = 3};
+                struct m40_engine *e = NULL;
+                char err[256] = "";
+
+                r = m40_cpu_engine_new(model, &lim, &e, err, sizeof(err));
+                CHECK(r == -EINVAL && e == NULL && err[0], "unknown activation mode: %d", r);
+        }
+        printf("activation modes f32 and ggml run; an unknown one is refused\n");
+}
+
 int main(int argc, char **argv)
 {
         if (argc < 2)
                 return 77;
         model = argv[1];
+        test_act_modes();
         test_sampler_chain();
         test_admission();
         test_kv_accounting();

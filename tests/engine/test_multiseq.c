@@ -1,7 +1,8 @@
 /* test_multiseq.c - acceptance 3 of issue 3: 16 sequences of different prompt lengths run
  * together produce, each, exactly what that sequence produces alone (greedy), tokens and
  * final logits bit for bit. Together they share steps, batches (prefill chunks of
- * different sequences interleave, max_batch_tokens is small) and the KV page pool.
+ * different sequences interleave, max_batch_tokens is small) and the KV page pool. Each
+ * model is checked in both activation modes (engine.h).
  *
  * usage: test_multiseq MODEL.gguf [MODEL.gguf ...]; a model that does not exist is
  * skipped, and the test exits 77 when none does. Exit 0 pass, 1 fail. */
@@ -17,6 +18,8 @@
 #define N_SEQ 16
 #define N_GEN 24
 
+static uint32_t act; /* the activation mode under test */
+
 struct run {
         int32_t toks[N_GEN];
         uint32_t n;
@@ -31,6 +34,7 @@ static int make_engine(const char *path, uint32_t max_seqs, uint32_t batch, stru
                 .max_batch_tokens = batch,
                 .page_tokens = 16,
                 .n_threads = 2,
+                .act = act,
         };
         char err[512];
         int r = m40_cpu_engine_new(path, &lim, e, err, sizeof(err));
@@ -142,9 +146,10 @@ static int check_model(const char *path)
                 free(alone[i].logits);
                 free(together[i].logits);
         }
-        printf("%s: %d sequences x %d tokens, together == alone (tokens and logits bit-exact): %s "
-               "(%llu steps together)\n",
-               path, N_SEQ, N_GEN, bad ? "NO" : "yes", (unsigned long long)st.steps);
+        printf("%s (%s): %d sequences x %d tokens, together == alone (tokens and logits "
+               "bit-exact): %s (%llu steps together)\n",
+               path, act == M40_ACT_F32 ? "f32" : "ggml", N_SEQ, N_GEN, bad ? "NO" : "yes",
+               (unsigned long long)st.steps);
         m40_engine_free(e);
         return bad ? 1 : 0;
 }
@@ -159,7 +164,8 @@ int main(int argc, char **argv)
                         continue;
                 }
                 ran++;
-                rc |= check_model(argv[i]);
+                for (act = M40_ACT_F32; act <= M40_ACT_GGML; act++)
+                        rc |= check_model(argv[i]);
         }
         return ran ? rc : 77;
 }

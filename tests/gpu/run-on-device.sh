@@ -6,7 +6,7 @@
 # and m40-bench, so a broken unrelated file does not hide GPU results), run the
 # unit and gpu suites, run m40-bench with the matrix-kernel benchmark (text in
 # the log, JSON to a file), run every gpu test under compute-sanitizer memcheck
-# (M40_TEST_QUICK=1: fewer cases) and the kernel test under racecheck
+# (M40_TEST_QUICK=1: fewer cases) and the kernel and CUDA engine tests under racecheck
 # (M40_TEST_QUICK=2: a few types, small shapes) when it is installed, and print
 # a summary table last. Keeps going after a failed
 # step; exits 1 at the end if any step failed (a gpu suite that only skips
@@ -27,9 +27,16 @@ LOGS=${OUT:-/tmp}/gpu-logs
 BENCH_JSON=${OUT:+$OUT/bench.json}
 BENCH_JSON=${BENCH_JSON:-$LOGS/bench.json}
 BENCH_ARGS=${BENCH_ARGS:---matvec}
-GPU_TESTS=(test_device test_alloc test_loader test_matvec)
+GPU_TESTS=(test_device test_alloc test_loader test_matvec test_cuda_engine)
 GPU_TARGETS=(tests/gpu/test_device tests/gpu/test_alloc tests/gpu/test_loader
-        tests/gpu/test_matvec tests/gpu/loader_q4km.gguf tests/bench/m40-bench)
+        tests/gpu/test_matvec tests/gpu/loader_q4km.gguf tests/bench/m40-bench
+        tests/gpu/test_cuda_engine tests/gpu/engine_135m_q4_1.gguf)
+for t in f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k q4_k_m; do
+        GPU_TARGETS+=("tests/gpu/engine_tiny_$t.gguf")
+done
+# stories260K: the copy carried in .devmodels/ on the device machine, else ../shared
+STORIES=.devmodels/stories260K.gguf
+[ -f "$STORIES" ] || STORIES=../shared/models/stories260K.gguf
 mkdir -p "$LOGS"
 
 failed=()
@@ -123,6 +130,7 @@ fi
 test_cmd() {
         case $1 in
         test_loader) echo "$BUILD/tests/gpu/test_loader $BUILD/tests/gpu/loader_q4km.gguf $BUILD/tests/gpu" ;;
+        test_cuda_engine) echo "$BUILD/tests/gpu/test_cuda_engine $STORIES $BUILD/tests/gpu/engine_tiny_q4_k.gguf $BUILD/tests/gpu/engine_tiny_f16.gguf" ;;
         *) echo "$BUILD/tests/gpu/$1" ;;
         esac
 }
@@ -140,7 +148,7 @@ for t in "${GPU_TESTS[@]}"; do
                 "$sanitizer" --tool memcheck --leak-check full --error-exitcode 3 $(test_cmd "$t")
         sanitized+=("memcheck-$t")
 done
-for t in test_matvec; do
+for t in test_matvec test_cuda_engine; do
         if [ -z "$sanitizer" ] || [ ! -x "$BUILD/tests/gpu/$t" ]; then
                 skip "racecheck-$t" "no compute-sanitizer or no $t"
                 continue
@@ -186,6 +194,10 @@ printf '%-10s %s\n' copy "$copy"
 if [ -f "$LOGS/bench.log" ] && grep -q '^matvec, batch 1' "$LOGS/bench.log"; then
         echo "matvec     $(sed -n 's/^matvec, batch 1: //p' "$LOGS/bench.log")"
         sed -n '/^matvec, batch 1/,/^$/p' "$LOGS/bench.log" | sed '1d;/^$/d;s/^/           /'
+fi
+if [ -f "$LOGS/gpu.log" ] && grep -q 'greedy' "$LOGS/gpu.log"; then
+        echo "engine     CUDA vs CPU engine (f32), greedy tokens and last logits:"
+        grep -o '[a-zA-Z0-9_.]*\.gguf *[a-z]* *seq [0-9]*: greedy.*' "$LOGS/gpu.log" | sed 's/^/           /'
 fi
 if [ "${#failed[@]}" -gt 0 ]; then
         printf '%-10s %s\n' result "FAIL: ${failed[*]}"

@@ -1,15 +1,21 @@
 /* m40-gen - run an engine without the daemon: prompt token ids in, generated ids out.
  *
- *   m40-gen -m FILE (-p TEXT | --tokens 1,2,3) -n N [--temp T --top-k K --top-p P
- *           --min-p P --repeat-penalty R --seed S] [--threads N] [--print-tokens]
- *           [--logits-out FILE] [--backend cpu|cuda] [--ignore-eos] [--stats]
+ *   m40-gen -m FILE (-p TEXT | --tokens 1,2,3[;4,5,...]) -n N [--temp T --top-k K
+ *           --top-p P --min-p P --repeat-penalty R --seed S] [--threads N]
+ *           [--act f32|ggml] [--print-tokens] [--logits-out FILE] [--backend cpu|cuda]
+ *           [--ignore-eos] [--stats]
  *
- * Owns nothing but its command line: it admits one sequence into the CPU engine, steps
- * until it finishes, prints the generated ids (--print-tokens: space separated on one
- * line) and writes the final-position logits as raw float32 (--logits-out: the logits
- * that produced the last generated token). --stats prints prompt and generation speed to
- * stderr. -p needs the tokenizer (issue 4) and is refused until it lands. Exit status:
- * 0 done, 1 runtime failure, 2 usage error. */
+ * Owns nothing but its command line: it admits the prompt as one sequence into the CPU
+ * engine, steps until it finishes, prints the generated ids (--print-tokens: space
+ * separated on one line) and writes the final-position logits as raw float32
+ * (--logits-out: the logits that produced the last generated token). --stats prints
+ * prompt and generation speed to stderr. --act picks the CPU engine's activation mode
+ * (engine.h: ggml, the default, or f32, the CUDA kernels' specification). --tokens may
+ * hold several prompts separated by ';': each runs alone, one after the other, in the
+ * same engine (the model is loaded once), printing one line of ids (and one --stats
+ * line) each; --logits-out then holds one row of logits per prompt, in order. -p needs
+ * the tokenizer (issue 4) and is refused until it lands. Exit status: 0 done, 1 runtime
+ * failure, 2 usage error. */
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -20,36 +26,50 @@
 #include "engine/engine.h"
 #include "m40/error.h"
 
-#define MAX_PROMPT 65536
+#define MAX_PROMPT  65536 /* token ids over all prompts */
+#define MAX_PROMPTS 1024
 
 static void usage(FILE *f)
 {
-        fprintf(f, "usage: m40-gen -m FILE (-p TEXT | --tokens 1,2,3) -n N [--temp T] [--top-k K]\n"
-                   "               [--top-p P] [--min-p P] [--repeat-penalty R] [--seed S]\n"
-                   "               [--threads N] [--print-tokens] [--logits-out FILE]\n"
-                   "               [--backend cpu|cuda] [--ignore-eos] [--stats]\n");
+        fprintf(f, "usage: m40-gen -m FILE (-p TEXT | --tokens 1,2,3[;4,5,...]) -n N [--temp T]\n"
+                   "               [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R]\n"
+                   "               [--seed S] [--threads N] [--act f32|ggml] [--print-tokens]\n"
+                   "               [--logits-out FILE] [--backend cpu|cuda] [--ignore-eos]\n"
+                   "               [--stats]\n");
 }
 
-static int parse_tokens(const char *s, int32_t *out, uint32_t *n)
+/* parse_tokens - "1,2,3;4,5" into out (ids of every prompt, back to back) and start[]
+ * (prompt i is out[start[i] .. start[i + 1])); *n_prompts set. */
+static int parse_tokens(const char *s, int32_t *out, uint32_t *start, uint32_t *n_prompts)
 {
+        uint32_t n = 0, np = 0;
         char *end;
 
-        *n = 0;
-        while (*s) {
+        start[0] = 0;
+        for (;;) {
                 long v;
 
                 errno = 0;
                 v = strtol(s, &end, 10);
-                if (end == s || errno || v < 0 || v > INT32_MAX || *n == MAX_PROMPT)
+                if (end == s || errno || v < 0 || v > INT32_MAX || n == MAX_PROMPT)
                         return -EINVAL;
-                out[(*n)++] = (int32_t)v;
+                out[n++] = (int32_t)v;
                 s = end;
-                if (*s == ',' || *s == ' ')
+                if (*s == ',' || *s == ' ') {
                         s++;
-                else if (*s)
+                } else if (*s == ';' || !*s) {
+                        if (np == MAX_PROMPTS)
+                                return -EINVAL;
+                        start[++np] = n;
+                        if (!*s)
+                                break;
+                        s++;
+                } else {
                         return -EINVAL;
+                }
         }
-        return *n ? 0 : -EINVAL;
+        *n_prompts = np;
+        return 0;
 }
 
 static double now_s(void)
@@ -58,6 +78,66 @@ static double now_s(void)
 
         clock_gettime(CLOCK_MONOTONIC, &ts);
         return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+struct run {
+        uint32_t id, n_gen;
+        int32_t *gen; /* (n_predict) */
+        double t0, t_first, t1;
+};
+
+/* run_one - admit sp, step until it finishes, collect its tokens. Returns 0 or 1 (printed). */
+static int run_one(struct m40_engine *e, const struct m40_seq_params *sp, long n_predict,
+                   struct run *ru)
+{
+        int r = m40_engine_admit(e, sp, &ru->id);
+
+        ru->n_gen = 0;
+        ru->t_first = 0;
+        if (r) {
+                fprintf(stderr, "m40-gen: cannot admit the prompt: %s\n", m40_strerror(r));
+                return 1;
+        }
+        ru->t0 = now_s();
+        for (bool done = false; !done;) {
+                struct m40_event ev[8];
+                size_t n;
+
+                r = m40_engine_step(e);
+                if (r < 0) {
+                        fprintf(stderr, "m40-gen: step failed: %s\n", m40_strerror(r));
+                        return 1;
+                }
+                while ((n = m40_engine_events(e, ev, 8)) > 0) {
+                        for (size_t i = 0; i < n; i++) {
+                                if (ev[i].token >= 0 && ru->n_gen < (uint32_t)n_predict) {
+                                        if (!ru->n_gen)
+                                                ru->t_first = now_s();
+                                        ru->gen[ru->n_gen++] = ev[i].token;
+                                }
+                                if (ev[i].finish != M40_FINISH_NONE)
+                                        done = true;
+                        }
+                }
+        }
+        ru->t1 = now_s();
+        return 0;
+}
+
+/* write_logits - append sequence id's kept logits (n_vocab floats) to f. */
+static int write_logits(struct m40_engine *e, uint32_t id, uint32_t n_vocab, FILE *f,
+                        const char *path)
+{
+        float *lg = malloc((size_t)n_vocab * sizeof(float));
+        int rc = 1;
+
+        if (!lg || m40_engine_logits(e, id, lg, n_vocab) ||
+            fwrite(lg, sizeof(float), n_vocab, f) != n_vocab)
+                fprintf(stderr, "m40-gen: cannot write %s: %s\n", path, strerror(errno));
+        else
+                rc = 0;
+        free(lg);
+        return rc;
 }
 
 int main(int argc, char **argv)
@@ -74,6 +154,7 @@ int main(int argc, char **argv)
                 O_LOGITS,
                 O_BACKEND,
                 O_THREADS,
+                O_ACT,
                 O_IGNORE_EOS,
                 O_STATS
         };
@@ -92,12 +173,14 @@ int main(int argc, char **argv)
                 {"logits-out", required_argument, 0, O_LOGITS},
                 {"backend", required_argument, 0, O_BACKEND},
                 {"threads", required_argument, 0, O_THREADS},
+                {"act", required_argument, 0, O_ACT},
                 {"ignore-eos", no_argument, 0, O_IGNORE_EOS},
                 {"stats", no_argument, 0, O_STATS},
                 {"help", no_argument, 0, 'h'},
                 {0, 0, 0, 0},
         };
         static int32_t prompt[MAX_PROMPT];
+        static uint32_t start[MAX_PROMPTS + 1];
         struct m40_seq_params sp = {0};
         struct m40_engine_limits lim = {0};
         struct m40_engine_model info;
@@ -107,9 +190,9 @@ int main(int argc, char **argv)
         bool print = false, stats = false;
         long n_predict = 16;
         char err[512] = "";
-        uint32_t id, n_gen = 0;
-        int32_t *gen = NULL;
-        double t0, t_first = 0, t1;
+        struct run ru = {0};
+        FILE *lf = NULL;
+        uint32_t n_prompts = 0;
         int c, r, rc = 1;
 
         sp.sampling = m40_sampling_default();
@@ -158,6 +241,16 @@ int main(int argc, char **argv)
                 case O_THREADS:
                         lim.n_threads = (uint32_t)strtoul(optarg, NULL, 10);
                         break;
+                case O_ACT:
+                        if (strcmp(optarg, "f32") == 0) {
+                                lim.act = M40_ACT_F32;
+                        } else if (strcmp(optarg, "ggml") == 0) {
+                                lim.act = M40_ACT_GGML;
+                        } else {
+                                fprintf(stderr, "m40-gen: --act wants f32 or ggml\n");
+                                return 2;
+                        }
+                        break;
                 case O_IGNORE_EOS:
                         sp.stop.ignore_eos = true;
                         break;
@@ -186,11 +279,11 @@ int main(int argc, char **argv)
                         backend);
                 return 2;
         }
-        if (parse_tokens(tokens, prompt, &sp.n_prompt)) {
-                fprintf(stderr, "m40-gen: --tokens wants comma-separated token ids\n");
+        if (parse_tokens(tokens, prompt, start, &n_prompts)) {
+                fprintf(stderr, "m40-gen: --tokens wants comma-separated token ids, prompts "
+                                "separated by ';'\n");
                 return 2;
         }
-        sp.prompt = prompt;
         sp.stop.max_tokens = (uint32_t)n_predict;
         sp.keep_logits = logits_out != NULL;
         lim.max_seqs = 1;
@@ -201,74 +294,47 @@ int main(int argc, char **argv)
                 return 1;
         }
         m40_engine_model(e, &info);
-        gen = malloc((size_t)n_predict * sizeof(*gen));
-        if (!gen)
+        ru.gen = malloc((size_t)n_predict * sizeof(*ru.gen));
+        if (!ru.gen)
                 goto out;
-        r = m40_engine_admit(e, &sp, &id);
-        if (r) {
-                fprintf(stderr, "m40-gen: cannot admit the prompt: %s\n", m40_strerror(r));
+        if (logits_out && !(lf = fopen(logits_out, "wb"))) {
+                fprintf(stderr, "m40-gen: cannot create %s: %s\n", logits_out, strerror(errno));
                 goto out;
         }
-        t0 = now_s();
-        for (bool done = false; !done;) {
-                struct m40_event ev[8];
-                size_t n;
-
-                r = m40_engine_step(e);
-                if (r < 0) {
-                        fprintf(stderr, "m40-gen: step failed: %s\n", m40_strerror(r));
+        for (uint32_t p = 0; p < n_prompts; p++) {
+                sp.prompt = prompt + start[p];
+                sp.n_prompt = start[p + 1] - start[p];
+                if (run_one(e, &sp, n_predict, &ru))
                         goto out;
+                if (print) {
+                        for (uint32_t i = 0; i < ru.n_gen; i++)
+                                printf("%s%d", i ? " " : "", ru.gen[i]);
+                        printf("\n");
+                        fflush(stdout);
                 }
-                while ((n = m40_engine_events(e, ev, 8)) > 0) {
-                        for (size_t i = 0; i < n; i++) {
-                                if (ev[i].token >= 0 && n_gen < (uint32_t)n_predict) {
-                                        if (!n_gen)
-                                                t_first = now_s();
-                                        gen[n_gen++] = ev[i].token;
-                                }
-                                if (ev[i].finish != M40_FINISH_NONE)
-                                        done = true;
-                        }
-                }
-        }
-        t1 = now_s();
-        if (print) {
-                for (uint32_t i = 0; i < n_gen; i++)
-                        printf("%s%d", i ? " " : "", gen[i]);
-                printf("\n");
-        }
-        if (logits_out) {
-                float *lg = malloc((size_t)info.n_vocab * sizeof(float));
-                FILE *f = NULL;
-
-                if (!lg || m40_engine_logits(e, id, lg, info.n_vocab) ||
-                    !(f = fopen(logits_out, "wb")) ||
-                    fwrite(lg, sizeof(float), info.n_vocab, f) != info.n_vocab) {
-                        fprintf(stderr, "m40-gen: cannot write %s: %s\n", logits_out,
-                                strerror(errno));
-                        if (f)
-                                fclose(f);
-                        free(lg);
+                if (lf && write_logits(e, ru.id, info.n_vocab, lf, logits_out))
                         goto out;
-                }
-                free(lg);
-                if (fclose(f)) {
-                        fprintf(stderr, "m40-gen: cannot write %s\n", logits_out);
-                        goto out;
-                }
-        }
-        if (stats) {
-                const double pp = t_first - t0, tg = t1 - t_first;
+                if (stats) {
+                        const double pp = ru.t_first - ru.t0, tg = ru.t1 - ru.t_first;
 
-                fprintf(stderr,
-                        "m40-gen: prompt %u tokens in %.3f s (%.1f tok/s, incl. first token); "
-                        "generated %u tokens, %.2f tok/s after the first\n",
-                        sp.n_prompt, pp, pp > 0 ? sp.n_prompt / pp : 0.0, n_gen,
-                        n_gen > 1 && tg > 0 ? (n_gen - 1) / tg : 0.0);
+                        fprintf(stderr,
+                                "m40-gen: prompt %u tokens in %.3f s (%.1f tok/s, incl. first "
+                                "token); generated %u tokens, %.2f tok/s after the first\n",
+                                sp.n_prompt, pp, pp > 0 ? sp.n_prompt / pp : 0.0, ru.n_gen,
+                                ru.n_gen > 1 && tg > 0 ? (ru.n_gen - 1) / tg : 0.0);
+                }
         }
+        if (lf && fclose(lf)) {
+                lf = NULL;
+                fprintf(stderr, "m40-gen: cannot write %s: %s\n", logits_out, strerror(errno));
+                goto out;
+        }
+        lf = NULL;
         rc = 0;
 out:
-        free(gen);
+        if (lf)
+                fclose(lf);
+        free(ru.gen);
         m40_engine_free(e);
         return rc;
 }

@@ -1,4 +1,5 @@
-/* m40-mkmodel.c - writes synthetic Llama-architecture GGUF models for tests and benchmarks.
+/* m40-mkmodel.c - writes synthetic Llama- or Qwen2-architecture GGUF models for tests and
+ * benchmarks.
  *
  * Owns the command line, the model shapes (presets), which tensors a Llama model has and
  * in which ggml type each is stored (llama.cpp's quantization rules), the synthetic
@@ -47,6 +48,7 @@ struct preset {
 
 struct spec {
         struct preset sh;
+        bool qwen2;    /* --arch qwen2: Q/K/V biases, NEOX RoPE (implied by the arch) */
         uint32_t type; /* ggml type id, or TYPE_Q4_K_M */
         uint64_t seed, threads;
         bool quiet;
@@ -71,7 +73,7 @@ static const struct {
         {"Q5_K", M40_GGML_Q5_K, 16}, {"Q6_K", M40_GGML_Q6_K, 18}, {"Q4_K_M", TYPE_Q4_K_M, 15},
 };
 
-enum tkind { T_EMBD, T_OUTPUT, T_NORM, T_ATTN_V, T_FFN_DOWN, T_MAT };
+enum tkind { T_EMBD, T_OUTPUT, T_NORM, T_BIAS, T_ATTN_V, T_FFN_DOWN, T_MAT };
 
 struct tplan {
         char name[64];
@@ -89,17 +91,19 @@ static volatile sig_atomic_t interrupted;
 /* clang-format off */
 static const char help_text[] =
 "NAME\n"
-"    m40-mkmodel - write a synthetic Llama-architecture GGUF model with random weights\n"
+"    m40-mkmodel - write a synthetic Llama or Qwen2 GGUF model with random weights\n"
 "\n"
 "SYNOPSIS\n"
 "    m40-mkmodel -o OUT.gguf [--preset tiny|135m|1b|8b] [--layers N] [--dim N]\n"
 "        [--heads N] [--kv-heads N] [--ffn N] [--vocab N] [--ctx N] [--rope-base F]\n"
-"        [--tied|--untied] [--type TYPE] [--seed S] [--threads N] [--quiet]\n"
+"        [--tied|--untied] [--arch llama|qwen2] [--type TYPE] [--seed S]\n"
+"        [--threads N] [--quiet]\n"
 "\n"
 "DESCRIPTION\n"
-"    Writes a GGUF v3 file that llama.cpp loads as a 'llama' model of the given shape,\n"
-"    with weights from a seeded generator quantized to TYPE. The same arguments give a\n"
-"    byte-identical file whatever --threads is. The data go to OUT.gguf.tmp, renamed to\n"
+"    Writes a GGUF v3 file that llama.cpp loads as a 'llama' (or 'qwen2') model of the\n"
+"    given shape, with weights from a seeded generator quantized to TYPE. The same\n"
+"    arguments give a byte-identical file whatever --threads is. The data go to\n"
+"    OUT.gguf.tmp, renamed to\n"
 "    OUT.gguf when complete; a failed or interrupted run leaves no file. Tensors are\n"
 "    generated and written chunk by chunk: memory stays at tens of MB at any size.\n"
 "\n"
@@ -122,6 +126,8 @@ static const char help_text[] =
 "    --rope-base F      llama.rope.freq_base, > 0.\n"
 "    --tied, --untied   token_embd doubles as the output projection, or output.weight\n"
 "                       is written.\n"
+"    --arch NAME        llama (default) or qwen2: qwen2 adds Q/K/V biases and its key\n"
+"                       prefix; llama.cpp implies NEOX RoPE for it.\n"
 "    --type TYPE        F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q5_K Q6_K Q4_K_M\n"
 "                       (any case; default F16).\n"
 "    --seed S           64-bit seed of the weights (default 1).\n"
@@ -138,7 +144,9 @@ static const char help_text[] =
 "      blk.I.ffn_gate.weight [d, ffn]  blk.I.ffn_up.weight [d, ffn]\n"
 "      blk.I.ffn_down.weight [ffn, d]  (for I = 0 .. layers-1)\n"
 "      output_norm.weight [d]          output.weight [d, vocab] (untied only)\n"
-"    Norm weights are F32, 1 + N(0, 0.02^2); matrices N(0, 1/ne0); token_embd N(0, 0.02^2);\n"
+"      qwen2 only: blk.I.attn_q.bias [d], blk.I.attn_k.bias [kv], blk.I.attn_v.bias [kv]\n"
+"    Norm weights are F32, 1 + N(0, 0.02^2); biases F32, N(0, 0.5^2); matrices\n"
+"    N(0, 1/ne0); token_embd N(0, 0.02^2);\n"
 "    each value a sum of four uniforms (so within 3.5 sigma). Row r of tensor t comes\n"
 "    from xoshiro256** seeded with splitmix64 of (seed, t, r).\n"
 "\n"
@@ -153,7 +161,8 @@ static const char help_text[] =
 "    (Q4_K->Q5_0, Q5_K->Q5_1, Q6_K->Q8_0, else F16), with one note per kind on stderr.\n"
 "\n"
 "METADATA\n"
-"    general.architecture=llama, .name, .file_type (llama.cpp's LLAMA_FTYPE: Q4_K=14\n"
+"    general.architecture=llama (or qwen2: every llama.* key below is then qwen2.*),\n"
+"    .name, .file_type (llama.cpp's LLAMA_FTYPE: Q4_K=14\n"
 "    (Q4_K_S), Q5_K=16 (Q5_K_S), Q6_K=18, Q4_K_M=15), .alignment=32,\n"
 "    .quantization_version=2 (quantized types); llama.context_length, .embedding_length,\n"
 "    .block_count, .feed_forward_length, .rope.dimension_count=d/heads,\n"
@@ -220,7 +229,7 @@ static const char *type_name(uint32_t t)
 
 /* clang-format off */
 enum { O_PRESET = 256, O_LAYERS, O_DIM, O_HEADS, O_KV, O_FFN, O_VOCAB, O_CTX, O_ROPE, O_TIED,
-       O_UNTIED, O_TYPE, O_SEED, O_THREADS, O_QUIET };
+       O_UNTIED, O_TYPE, O_SEED, O_THREADS, O_QUIET, O_ARCH };
 
 #define ARG required_argument
 static const struct option long_opts[] = {
@@ -232,7 +241,8 @@ static const struct option long_opts[] = {
         {"tied", no_argument, NULL, O_TIED}, {"untied", no_argument, NULL, O_UNTIED},
         {"type", ARG, NULL, O_TYPE},      {"seed", ARG, NULL, O_SEED},
         {"threads", ARG, NULL, O_THREADS}, {"quiet", no_argument, NULL, O_QUIET},
-        {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0},
+        {"arch", ARG, NULL, O_ARCH},      {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
 };
 #undef ARG
 /* clang-format on */
@@ -318,6 +328,12 @@ static void parse_args(int argc, char **argv, struct spec *s)
                 case O_QUIET:
                         s->quiet = true;
                         break;
+                case O_ARCH:
+                        if (strcmp(optarg, "llama") && strcmp(optarg, "qwen2"))
+                                usage_error("--arch: unknown architecture '%s' (llama, qwen2)",
+                                            optarg);
+                        s->qwen2 = strcmp(optarg, "qwen2") == 0;
+                        break;
                 default:
                         for (size_t i = 0; i < sizeof(numopts) / sizeof(numopts[0]); i++)
                                 if (numopts[i].id == c)
@@ -357,7 +373,7 @@ static bool use_more_bits(uint64_t i, uint64_t n)
  * (non-Falcon, no MoE, no imatrix, no overrides); a single TYPE applies to every matrix. */
 static uint32_t wanted_type(const struct spec *s, const struct tplan *t)
 {
-        if (t->kind == T_NORM)
+        if (t->kind == T_NORM || t->kind == T_BIAS)
                 return M40_GGML_F32;
         if (s->type != TYPE_Q4_K_M)
                 return s->type;
@@ -399,7 +415,7 @@ static void plan_add(struct tplan *p, size_t *n, enum tkind kind, uint32_t layer
 {
         p[*n] = (struct tplan){.kind = kind,
                                .layer = layer,
-                               .n_dims = kind == T_NORM ? 1 : 2,
+                               .n_dims = kind == T_NORM || kind == T_BIAS ? 1 : 2,
                                .ne0 = ne0,
                                .ne1 = ne1,
                                .mean = mean,
@@ -408,7 +424,7 @@ static void plan_add(struct tplan *p, size_t *n, enum tkind kind, uint32_t layer
         (*n)++;
 }
 
-/* Fills p (2 + 9 * layers + 1 entries) in file order; returns the count. */
+/* Fills p (2 + 12 * layers + 1 entries at most) in file order; returns the count. */
 static size_t plan_build(const struct spec *s, struct tplan *p)
 {
         uint64_t d = s->sh.dim, kv = s->sh.kv_heads * (s->sh.dim / s->sh.heads), f = s->sh.ffn;
@@ -427,6 +443,11 @@ static size_t plan_build(const struct spec *s, struct tplan *p)
                 BLK(T_MAT, "attn_q.weight", d, d, 0, sd);
                 BLK(T_MAT, "attn_k.weight", d, kv, 0, sd);
                 BLK(T_ATTN_V, "attn_v.weight", d, kv, 0, sd);
+                if (s->qwen2) {
+                        BLK(T_BIAS, "attn_q.bias", d, 1, 0, 0.5f);
+                        BLK(T_BIAS, "attn_k.bias", kv, 1, 0, 0.5f);
+                        BLK(T_BIAS, "attn_v.bias", kv, 1, 0, 0.5f);
+                }
                 BLK(T_MAT, "attn_output.weight", d, d, 0, sd);
                 BLK(T_NORM, "ffn_norm.weight", d, 1, 1.0f, 0.02f);
                 BLK(T_MAT, "ffn_gate.weight", d, f, 0, sd);
@@ -533,7 +554,8 @@ static int vocab_build(uint64_t n, struct vocab *v)
 
 static int write_metadata(struct m40_gguf_writer *w, const struct spec *s, const struct vocab *v)
 {
-        char name[128];
+        const char *arch = s->qwen2 ? "qwen2" : "llama";
+        char name[128], key[96];
         uint32_t ftype = 0;
         int r = 0;
 
@@ -546,28 +568,29 @@ static int write_metadata(struct m40_gguf_writer *w, const struct spec *s, const
                  (unsigned long long)s->sh.ffn, (unsigned long long)s->sh.vocab,
                  type_name(s->type));
 
+#define KEY(k) (snprintf(key, sizeof(key), "%s." k, arch), key)
 #define ADD(call)                                                                                  \
         do {                                                                                       \
                 if (r == 0)                                                                        \
                         r = call;                                                                  \
         } while (0)
-        ADD(m40_gguf_writer_add_str(w, "general.architecture", "llama"));
+        ADD(m40_gguf_writer_add_str(w, "general.architecture", arch));
         ADD(m40_gguf_writer_add_str(w, "general.name", name));
         ADD(m40_gguf_writer_add_u32(w, "general.file_type", ftype));
         ADD(m40_gguf_writer_add_u32(w, "general.alignment", 32));
         if (s->type != M40_GGML_F32 && s->type != M40_GGML_F16 && s->type != M40_GGML_BF16)
                 ADD(m40_gguf_writer_add_u32(w, "general.quantization_version", 2));
-        ADD(m40_gguf_writer_add_u32(w, "llama.context_length", (uint32_t)s->sh.ctx));
-        ADD(m40_gguf_writer_add_u32(w, "llama.embedding_length", (uint32_t)s->sh.dim));
-        ADD(m40_gguf_writer_add_u32(w, "llama.block_count", (uint32_t)s->sh.layers));
-        ADD(m40_gguf_writer_add_u32(w, "llama.feed_forward_length", (uint32_t)s->sh.ffn));
-        ADD(m40_gguf_writer_add_u32(w, "llama.rope.dimension_count",
+        ADD(m40_gguf_writer_add_u32(w, KEY("context_length"), (uint32_t)s->sh.ctx));
+        ADD(m40_gguf_writer_add_u32(w, KEY("embedding_length"), (uint32_t)s->sh.dim));
+        ADD(m40_gguf_writer_add_u32(w, KEY("block_count"), (uint32_t)s->sh.layers));
+        ADD(m40_gguf_writer_add_u32(w, KEY("feed_forward_length"), (uint32_t)s->sh.ffn));
+        ADD(m40_gguf_writer_add_u32(w, KEY("rope.dimension_count"),
                                     (uint32_t)(s->sh.dim / s->sh.heads)));
-        ADD(m40_gguf_writer_add_u32(w, "llama.attention.head_count", (uint32_t)s->sh.heads));
-        ADD(m40_gguf_writer_add_u32(w, "llama.attention.head_count_kv", (uint32_t)s->sh.kv_heads));
-        ADD(m40_gguf_writer_add_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f));
-        ADD(m40_gguf_writer_add_f32(w, "llama.rope.freq_base", (float)s->sh.rope_base));
-        ADD(m40_gguf_writer_add_u32(w, "llama.vocab_size", (uint32_t)s->sh.vocab));
+        ADD(m40_gguf_writer_add_u32(w, KEY("attention.head_count"), (uint32_t)s->sh.heads));
+        ADD(m40_gguf_writer_add_u32(w, KEY("attention.head_count_kv"), (uint32_t)s->sh.kv_heads));
+        ADD(m40_gguf_writer_add_f32(w, KEY("attention.layer_norm_rms_epsilon"), 1e-5f));
+        ADD(m40_gguf_writer_add_f32(w, KEY("rope.freq_base"), (float)s->sh.rope_base));
+        ADD(m40_gguf_writer_add_u32(w, KEY("vocab_size"), (uint32_t)s->sh.vocab));
         ADD(m40_gguf_writer_add_str(w, "tokenizer.ggml.model", "llama"));
         ADD(m40_gguf_writer_add_str_array(w, "tokenizer.ggml.tokens", s->sh.vocab,
                                           (const char *const *)v->tokens));
@@ -581,6 +604,7 @@ static int write_metadata(struct m40_gguf_writer *w, const struct spec *s, const
         ADD(m40_gguf_writer_add_bool(w, "tokenizer.ggml.add_bos_token", true));
         ADD(m40_gguf_writer_add_bool(w, "tokenizer.ggml.add_eos_token", false));
 #undef ADD
+#undef KEY
         return r;
 }
 
@@ -772,7 +796,7 @@ int main(int argc, char **argv)
         sigaction(SIGINT, &sa, NULL);
         sigaction(SIGTERM, &sa, NULL);
 
-        plan = calloc(3 + 9 * s.sh.layers, sizeof(*plan));
+        plan = calloc(3 + 12 * s.sh.layers, sizeof(*plan));
         if (!plan || vocab_build(s.sh.vocab, &voc) < 0) {
                 fprintf(stderr, "m40-mkmodel: out of memory\n");
                 r = -ENOMEM;

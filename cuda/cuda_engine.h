@@ -1,0 +1,46 @@
+/* cuda/cuda_engine.h - the per-op CUDA engine: the engine interface (engine.h) on one GPU.
+ *
+ * Owns nothing beyond its constructor: the engine it returns is used only through the
+ * m40_engine_* functions of daemon/engine/engine.h and freed with m40_engine_free().
+ * It has the CPU engine's semantics (slots, decode-first scheduling, prompts chunked by
+ * max_batch_tokens, events, stop conditions, paged KV accounting of kv.h, the sampler of
+ * sampler.h) and computes the CPU engine's M40_ACT_F32 specification with one kernel
+ * launch per op, so greedy continuations match the CPU engine run with M40_ACT_F32 and
+ * logits agree to FP32 rounding. Link: m40cudaengine_dep together with m40engine_dep. */
+#ifndef M40_CUDA_CUDA_ENGINE_H
+#define M40_CUDA_CUDA_ENGINE_H
+
+#include <stddef.h>
+
+#include "engine/engine.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* m40_cuda_engine_new - load the GGUF at path onto CUDA device `device` (ordinal; 0 is
+ * the first GPU) and return an engine in *ret (free it with m40_engine_free()).
+ *
+ * lim may be NULL; every field 0 means the CPU engine's default (16 slots, max_ctx
+ * min(train ctx, 4096), page_tokens 16, max_batch_tokens 256, KV memory up to 512 MiB
+ * but at least one full context); n_threads is ignored; act 0 (default) and M40_ACT_F32
+ * both mean float32 activations; M40_ACT_GGML gives M40_EUNSUPPORTED. max_ctx must be
+ * at most M40_CUDA_ATTN_MAX_CTX (8192) and head_dim at most 512. All device memory (the
+ * weights, KV pages, activations for max_batch_tokens tokens, max_seqs logits rows) is
+ * taken here in one arena; steps allocate no device memory.
+ *
+ * Returns 0; on failure -errno (-EINVAL bad limits, -ENOMEM), M40_EFORMAT /
+ * M40_EUNSUPPORTED (the file), M40_ENODEVICE (no such GPU), M40_ECUDA (the runtime's
+ * message is in err), with a one-line message in err (may be NULL); nothing is left
+ * allocated. Not thread-safe: one thread drives the engine (and the GPU's current device
+ * is set on that thread). m40_engine_step() returns M40_ECUDA when a launch fails
+ * (m40_cuda_last_error() has the message); the step is then undone (the same tokens run
+ * again next step) unless the CUDA context itself is lost. */
+int m40_cuda_engine_new(const char *path, const struct m40_engine_limits *lim, int device,
+                        struct m40_engine **ret, char *err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
