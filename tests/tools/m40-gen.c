@@ -13,9 +13,11 @@
  * (engine.h: ggml, the default, or f32, the CUDA kernels' specification). --tokens may
  * hold several prompts separated by ';': each runs alone, one after the other, in the
  * same engine (the model is loaded once), printing one line of ids (and one --stats
- * line) each; --logits-out then holds one row of logits per prompt, in order. -p needs
- * the tokenizer (issue 4) and is refused until it lands. Exit status: 0 done, 1 runtime
- * failure, 2 usage error. */
+ * line) each; --logits-out then holds one row of logits per prompt, in order. -p TEXT
+ * tokenizes TEXT with the model's vocabulary (BOS as the model asks, special tokens not
+ * parsed, as llama.cpp) and prints the generated text (streamed detokenization) unless
+ * --print-tokens asks for ids. --backend cuda runs the CUDA engine on GPU 0 (f32
+ * activations). Exit status: 0 done, 1 runtime failure, 2 usage error. */
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -25,6 +27,12 @@
 
 #include "engine/engine.h"
 #include "m40/error.h"
+#include "model/gguf.h"
+#include "text/detok.h"
+#include "text/vocab.h"
+#ifdef M40_HAVE_CUDA_ENGINE
+#include "cuda/cuda_engine.h"
+#endif
 
 #define MAX_PROMPT  65536 /* token ids over all prompts */
 #define MAX_PROMPTS 1024
@@ -140,6 +148,65 @@ static int write_logits(struct m40_engine *e, uint32_t id, uint32_t n_vocab, FIL
         return rc;
 }
 
+/* load_vocab - the tokenizer of the GGUF at path in *ret; prints why on failure. */
+static int load_vocab(const char *path, struct m40_vocab **ret)
+{
+        char err[M40_GGUF_ERRLEN] = "";
+        struct m40_gguf *g = NULL;
+        int r = m40_gguf_open(path, &g, err, sizeof(err));
+
+        if (!r)
+                r = m40_vocab_new(g, ret, err, sizeof(err));
+        if (r)
+                fprintf(stderr, "m40-gen: %s\n", err[0] ? err : m40_strerror(r));
+        m40_gguf_free(g);
+        return r;
+}
+
+/* tokenize_prompt - TEXT as the single prompt out[0..), start[] as parse_tokens fills it. */
+static int tokenize_prompt(const struct m40_vocab *v, const char *text, int32_t *out,
+                           uint32_t *start, uint32_t *ret_n)
+{
+        size_t n = 0;
+        int r = m40_vocab_tokenize(v, text, strlen(text), M40_TOKENIZE_ADD_SPECIAL, out, MAX_PROMPT,
+                                   &n);
+
+        if (r || n == 0) {
+                fprintf(stderr, "m40-gen: cannot tokenize -p: %s\n",
+                        r ? m40_strerror(r) : "empty prompt");
+                return r ? r : -EINVAL;
+        }
+        start[0] = 0;
+        start[1] = (uint32_t)n;
+        *ret_n = 1;
+        return 0;
+}
+
+/* print_text - the text of ids, streamed through the detokenizer as m40d does, and a
+ * newline. */
+static int print_text(const struct m40_vocab *v, const int32_t *ids, uint32_t n)
+{
+        struct m40_detok *d = NULL;
+        const char *t;
+        size_t len;
+        int r = m40_detok_new(v, 0, &d);
+
+        for (uint32_t i = 0; !r && i < n; i++) {
+                r = m40_detok_push(d, ids[i], &t, &len);
+                if (!r)
+                        fwrite(t, 1, len, stdout);
+        }
+        if (!r)
+                r = m40_detok_flush(d, &t, &len);
+        if (!r)
+                fwrite(t, 1, len, stdout);
+        m40_detok_free(d);
+        printf("\n");
+        if (r)
+                fprintf(stderr, "m40-gen: detokenize: %s\n", m40_strerror(r));
+        return fflush(stdout) || r ? -EIO : 0;
+}
+
 int main(int argc, char **argv)
 {
         enum {
@@ -187,6 +254,7 @@ int main(int argc, char **argv)
         struct m40_engine *e = NULL;
         const char *model = NULL, *text = NULL, *tokens = NULL, *logits_out = NULL;
         const char *backend = "cpu";
+        struct m40_vocab *vocab = NULL;
         bool print = false, stats = false;
         long n_predict = 16;
         char err[512] = "";
@@ -269,17 +337,24 @@ int main(int argc, char **argv)
                 usage(stderr);
                 return 2;
         }
+        if (strcmp(backend, "cpu") != 0 && strcmp(backend, "cuda") != 0) {
+                fprintf(stderr, "m40-gen: --backend is cpu or cuda, not '%s'\n", backend);
+                return 2;
+        }
+#ifndef M40_HAVE_CUDA_ENGINE
+        if (!strcmp(backend, "cuda")) {
+                fprintf(stderr, "m40-gen: this build has no CUDA engine (meson -Dcuda=enabled)\n");
+                return 2;
+        }
+#endif
         if (text) {
-                fprintf(stderr, "m40-gen: -p needs the tokenizer (issue 4), which has not landed "
-                                "yet; pass --tokens\n");
-                return 2;
-        }
-        if (strcmp(backend, "cpu") != 0) {
-                fprintf(stderr, "m40-gen: backend '%s' is not available (cpu only so far)\n",
-                        backend);
-                return 2;
-        }
-        if (parse_tokens(tokens, prompt, start, &n_prompts)) {
+                r = load_vocab(model, &vocab);
+                if (r)
+                        return 1;
+                r = tokenize_prompt(vocab, text, prompt, start, &n_prompts);
+                if (r)
+                        goto out;
+        } else if (parse_tokens(tokens, prompt, start, &n_prompts)) {
                 fprintf(stderr, "m40-gen: --tokens wants comma-separated token ids, prompts "
                                 "separated by ';'\n");
                 return 2;
@@ -288,7 +363,14 @@ int main(int argc, char **argv)
         sp.keep_logits = logits_out != NULL;
         lim.max_seqs = 1;
         lim.max_batch_tokens = 512;
-        r = m40_cpu_engine_new(model, &lim, &e, err, sizeof(err));
+#ifdef M40_HAVE_CUDA_ENGINE
+        if (!strcmp(backend, "cuda")) {
+                if (!lim.act)
+                        lim.act = M40_ACT_F32; /* the CUDA engine computes the f32 spec */
+                r = m40_cuda_engine_new(model, &lim, 0, &e, err, sizeof(err));
+        } else
+#endif
+                r = m40_cpu_engine_new(model, &lim, &e, err, sizeof(err));
         if (r) {
                 fprintf(stderr, "m40-gen: %s\n", err[0] ? err : m40_strerror(r));
                 return 1;
@@ -311,6 +393,8 @@ int main(int argc, char **argv)
                                 printf("%s%d", i ? " " : "", ru.gen[i]);
                         printf("\n");
                         fflush(stdout);
+                } else if (vocab && print_text(vocab, ru.gen, ru.n_gen)) {
+                        goto out;
                 }
                 if (lf && write_logits(e, ru.id, info.n_vocab, lf, logits_out))
                         goto out;
@@ -336,5 +420,6 @@ out:
                 fclose(lf);
         free(ru.gen);
         m40_engine_free(e);
+        m40_vocab_free(vocab);
         return rc;
 }
