@@ -1,7 +1,9 @@
 /* libm40.c - libm40: the client end of the m40d protocol (m40/m40.h, m40/proto.h).
  *
  * Owns a connection: the control socket, the mapped shared region, both doorbells and an
- * epoll descriptor joining the daemon's doorbell with the socket's hang-up. Three locks
+ * epoll descriptor joining the daemon's doorbell with the socket's hang-up. Reading an
+ * event frees its ring slot and wakes a daemon that waits for room (m40/proto.h,
+ * backpressure), so a client that reads slowly only slows its own requests. Three locks
  * make a connection thread-safe: sub_lock serialises the submission side (ring and
  * payload), ev_lock the event side, sock_lock the control socket. */
 #include <errno.h>
@@ -440,11 +442,13 @@ int m40_client_cancel(struct m40_client *c, uint64_t id)
         return r;
 }
 
-/* Takes one event off the ring into *ret; -EAGAIN when empty. Caller holds ev_lock. */
+/* Takes one event off the ring into *ret, ringing the daemon's doorbell when it waits for
+ * room in the ring; -EAGAIN when empty. Caller holds ev_lock. */
 static int pop_event(struct m40_client *c, struct m40_reply *ret)
 {
         uint32_t tail = load_acq(&c->r->ev_tail);
         struct m40_proto_ev e;
+        uint64_t one = 1;
 
         if (tail == c->ev_head)
                 return -EAGAIN;
@@ -453,6 +457,11 @@ static int pop_event(struct m40_client *c, struct m40_reply *ret)
         e = c->ev[c->ev_head & (c->w.ev_entries - 1)];
         c->ev_head++;
         store_rel(&c->r->ev_head, c->ev_head);
+        /* a slot is free: wake a daemon that sleeps on our full ring (backpressure) */
+        __atomic_thread_fence(__ATOMIC_SEQ_CST);
+        if (load_acq(&c->r->ev_waiting) && write(c->bell_out, &one, sizeof(one)) < 0) {
+                /* the eventfd counter is saturated: the daemon is awake anyway */
+        }
         if (e.len > M40_PROTO_TEXT_MAX)
                 return M40_EPROTO;
         memset(ret, 0, sizeof(*ret));

@@ -4,17 +4,35 @@
  * Computes:
  *   k_rope_store  for token t at position pos[t]: rotate each pair of q (n_heads, hd) and
  *                 k (n_kv_heads, hd) by the host-built cos/sin table row pos[t] (the
- *                 values of m40_cpu_rope(), so exact), llama (2i, 2i+1) or NEOX (i,
- *                 i + n_rot/2) pairs; then write k and v as f16 (round to nearest even)
- *                 into the token's page slot. Grid n_tok, 128 threads.
- *   k_attention   for token t and query head h: scores[p] = (q . K[p]) * scale for
- *                 p <= pos[t], softmax (max, expf, sum in double as the CPU), out =
- *                 sum_p w[p] V[p]. Grid (n_heads, n_tok), 128 threads; dynamic shared
- *                 memory (max_pos + 1 + hd) floats. Decode and causal prefill are the
- *                 same kernel: a prefill token sees the K/V its chunk wrote before it.
- * Tolerance against m40_cpu_attention_head(): FP32 dot products in another order and
- * expf's ulps: relative 1e-5 of the output's scale. Maxwell-clean: f16 only converted
- * (cvt), FP32/FP64 math, warp shuffles, shared memory. */
+ *                 values of m40_cpu_rope()), llama (2i, 2i+1) or NEOX (i, i + n_rot/2)
+ *                 pairs, with the CPU's roundings (no fused multiply-add); then write k
+ *                 and v as f16 (round to nearest even) into the token's page slot.
+ *                 Grid n_tok, 512 threads. Exact: q, k and the cache bit for bit.
+ *   k_attention   flash-decoding: for token t and query head h, softmax(q . K[p] * scale)
+ *                 weighted V over p <= pos[t]. The positions are cut into n_split spans
+ *                 (the split count grows as tokens x heads shrink and the context grows:
+ *                 make_plan(), about ATTN_TARGET blocks, spans of at least ATTN_SPAN_MIN
+ *                 positions, at most ATTN_MAX_SPLITS); block (x, t, s) takes the <= 8
+ *                 query heads of one KV head that x names (K and V read once for all of
+ *                 them) over span s in tiles of ATTN_TILE positions: scores (one warp per
+ *                 position), an online softmax (running max m, sum l of e^(score - m) in
+ *                 double, the partial weighted V rescaled when m grows), one thread per
+ *                 output dim (its accumulators in registers: DPT = 1, 2 or 4 dims for
+ *                 hd <= 128, 256, 512). One split writes out directly; otherwise each
+ *                 split writes (m, l, acc) to the workspace, and the last split of (t, x)
+ *                 to finish (a counter: atomicAdd after __threadfence) merges them:
+ *                 out = sum_s e^(m_s - M) acc_s / sum_s e^(m_s - M) l_s. 128 threads; shared
+ *                 memory (hb * (hd + 64)) floats + ~1.7 KB, at most 18 KB (hd 512).
+ *                 Decode and causal prefill are the same kernel: a prefill token sees
+ *                 the K/V its chunk wrote before it.
+ * Tolerance against m40_cpu_attention_head() (both read the same f16 K and V, so f16
+ * rounding is not in the error): FP32 dot products and sums in another order, expf's
+ * ulps and the rescaling by e^(m_old - m_new): |out - ref| <= 1e-5 * sum_p w_p |V_p|
+ * (1 + S_p), S_p = scale * sum_j |q_j K_p[j]|: relative to the size of the terms the
+ * output sums, each weight's error relative to its score's terms (a score's FP32 sum is
+ * only as exact as S_p allows, on either side: ~3e-6 for head_dim 512). Maxwell-clean: f16 only
+ * converted (cvt), FP32/ FP64 math, warp shuffles, __syncwarp, shared memory, plain atomicAdd +
+ * __threadfence. */
 #include <errno.h>
 #include <stdint.h>
 
@@ -24,7 +42,24 @@
 #include "m40/error.h"
 #include "cuda/ops.h"
 
-#define ATTN_THREADS 128
+#define ATTN_THREADS    128
+#define ATTN_WARPS      (ATTN_THREADS / 32)
+#define ATTN_HB         8    /* query heads of one KV head per block, at most */
+#define ATTN_TILE       64   /* positions scored per pass of a block */
+#define ATTN_SPAN_MIN   128  /* positions per split, at least (two tiles) */
+#define ATTN_MAX_SPLITS 32   /* splits of one (token, head), at most: one lane each in the merge */
+#define ATTN_TARGET     1024 /* blocks a launch aims for (H100: ~8 per SM, M40: ~43) */
+#define ATTN_DPT        (M40_CUDA_MAX_HEAD_DIM / ATTN_THREADS) /* output dims per thread, at most */
+#define WS_ALIGN        256
+
+/* A launch splits only when n_tok * gb (its blocks of one split) is below ATTN_TARGET,
+ * so its counters (one per (token, head group)) fit the workspace's fixed counter area,
+ * which every launch leaves zero: launches of any shape can share one workspace. */
+static_assert(ATTN_TARGET * sizeof(unsigned) <= M40_CUDA_ATTN_WS_COUNTERS, "counter area");
+
+static_assert(ATTN_MAX_SPLITS == 32, "the merge gives each split one lane of a warp");
+static_assert(M40_CUDA_MAX_HEAD_DIM % ATTN_THREADS == 0, "ATTN_DPT");
+static_assert(ATTN_HB <= 32 && ATTN_SPAN_MIN % ATTN_TILE == 0, "layout");
 
 __device__ __forceinline__ size_t slot_off(const struct m40_cuda_kv &kv, uint32_t tbl, uint32_t p)
 {
@@ -45,8 +80,9 @@ __device__ __forceinline__ void rotate(float *x, int n_heads, int hd, const floa
                 float *v = x + (size_t)h * hd;
                 const float c = cs[2 * i], s = cs[2 * i + 1], x0 = v[a], x1 = v[b];
 
-                v[a] = x0 * c - x1 * s;
-                v[b] = x0 * s + x1 * c;
+                /* no contraction into fma: the CPU engine builds with -ffp-contract=off */
+                v[a] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+                v[b] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
         }
 }
 
@@ -84,96 +120,386 @@ extern "C" int m40_cuda_rope_store(const struct m40_cuda_rope *r, const struct m
                 return -EINVAL;
         if (!n_tok)
                 return 0;
-        k_rope_store<<<n_tok, 128, 0, stream>>>(*r, *kv, q, ldq, k, v, ldk, (int)n_heads,
+        /* 512 threads: one token's rotations and stores are a few thousand independent
+         * elements, and decode has one token (one block on the whole GPU) */
+        k_rope_store<<<n_tok, 512, 0, stream>>>(*r, *kv, q, ldq, k, v, ldk, (int)n_heads,
                                                 (int)n_kv_heads, (int)head_dim);
         return m40_cuda_launch_status("rope_store");
 }
 
-__global__ void k_attention(struct m40_cuda_kv kv, const float *__restrict__ q, size_t ldq,
-                            float *out, size_t ldo, int group, int hd, float scale)
+/* How a launch divides the work: blocks (gb = n_kv_heads * nsub, n_tok, n_split); block
+ * (x, t, s) holds query heads kvh * group + sub * hb .. + nh of KV head kvh = x / nsub,
+ * sub = x % nsub, and positions s * span .. of token t. */
+struct attn_plan {
+        int n_heads, group, nsub, hb, hd, n_split;
+        uint32_t span;
+        float scale;
+        float *acc;    /* (n_tok, n_heads, n_split, hd) partial sums of e^(s - m) V */
+        float2 *ml;    /* (n_tok, n_heads, n_split) partial max m and sum of e^(s - m) */
+        unsigned *cnt; /* (n_tok, gb) splits finished, in the counter area */
+};
+
+static uint32_t cdiv(uint64_t a, uint64_t b)
 {
-        extern __shared__ float sh[]; /* q (hd), then scores (pos + 1) */
-        __shared__ double dsum[ATTN_THREADS / 32];
-        __shared__ float fmax[ATTN_THREADS / 32];
-        const int t = blockIdx.y, h = blockIdx.x, kvh = h / group;
-        const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+        return (uint32_t)((a + b - 1) / b);
+}
+
+static uint64_t ws_al(uint64_t n)
+{
+        return (n + WS_ALIGN - 1) & ~(uint64_t)(WS_ALIGN - 1);
+}
+
+/* make_plan - the split of a launch (pointers not set); returns its workspace bytes
+ * (0 when it needs none: one split). */
+static uint64_t make_plan(uint32_t n_tok, uint32_t n_heads, uint32_t n_kv_heads, uint32_t head_dim,
+                          uint32_t max_pos, struct attn_plan *p)
+{
+        const uint64_t ctx = (uint64_t)max_pos + 1, tiles = cdiv(ctx, ATTN_TILE);
+        const uint32_t group = n_heads / n_kv_heads, nsub = cdiv(group, ATTN_HB);
+        const uint64_t blocks = (uint64_t)n_tok * n_kv_heads * nsub;
+        uint64_t s = blocks >= ATTN_TARGET ? 1 : cdiv(ATTN_TARGET, blocks), slots;
+
+        if (s > ATTN_MAX_SPLITS)
+                s = ATTN_MAX_SPLITS;
+        if (s > cdiv(ctx, ATTN_SPAN_MIN))
+                s = cdiv(ctx, ATTN_SPAN_MIN);
+        p->span = ATTN_TILE * cdiv(tiles, s);
+        s = cdiv(ctx, p->span); /* no empty split */
+        p->n_heads = (int)n_heads;
+        p->group = (int)group;
+        p->nsub = (int)nsub;
+        p->hb = (int)cdiv(group, nsub);
+        p->hd = (int)head_dim;
+        p->n_split = (int)s;
+        if (s == 1)
+                return 0;
+        slots = (uint64_t)n_tok * n_heads * s; /* s > 1: blocks < ATTN_TARGET */
+        return M40_CUDA_ATTN_WS_COUNTERS + ws_al(slots * head_dim * sizeof(float)) +
+               ws_al(slots * sizeof(float2));
+}
+
+extern "C" size_t m40_cuda_attention_workspace(uint32_t n_tok, uint32_t n_heads, uint32_t max_pos,
+                                               uint32_t head_dim)
+{
+        /* n_split <= ceil(TARGET / (n_tok * gb)) and gb >= n_heads / HB, so the slots
+         * n_tok * n_heads * n_split of any launch with at most n_tok tokens are at most
+         * TARGET * HB + n_tok * n_heads; and at most n_tok * n_heads * MAX_SPLITS. */
+        const uint64_t ctx = (uint64_t)max_pos + 1, th = (uint64_t)n_tok * n_heads;
+        uint64_t a = cdiv(ctx, ATTN_SPAN_MIN), slots;
+
+        if (a > ATTN_MAX_SPLITS)
+                a = ATTN_MAX_SPLITS;
+        if (a <= 1 || !th)
+                return 0;
+        slots = th * a;
+        if (slots > (uint64_t)ATTN_TARGET * ATTN_HB + th)
+                slots = (uint64_t)ATTN_TARGET * ATTN_HB + th;
+        return (size_t)(M40_CUDA_ATTN_WS_COUNTERS + ws_al(slots * head_dim * sizeof(float)) +
+                        ws_al(slots * sizeof(float2)));
+}
+
+template <int VEC> __device__ __forceinline__ void ld_kv(const __half *p, float &a, float &b)
+{
+        if (VEC == 2) {
+                const float2 f = __half22float2(__ldg((const __half2 *)p));
+
+                a = f.x;
+                b = f.y;
+        } else {
+                a = __half2float(__ldg(p));
+                b = 0.0f;
+        }
+}
+
+__device__ __forceinline__ float warp_max(float v)
+{
+        for (int off = 16; off; off >>= 1)
+                v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
+        return v;
+}
+
+__device__ __forceinline__ double warp_sum(double v)
+{
+        for (int off = 16; off; off >>= 1)
+                v += __shfl_xor_sync(0xffffffffu, v, off);
+        return v;
+}
+
+/* VEC 2: K rows read as half2 (head_dim and every offset even), else 1. DPT: output
+ * dims per thread, head_dim <= DPT * ATTN_THREADS (the accumulators live in registers). */
+template <int VEC, int DPT>
+__global__ void __launch_bounds__(ATTN_THREADS)
+        k_attention(struct m40_cuda_kv kv, const float *__restrict__ q, size_t ldq,
+                    float *__restrict__ out, size_t ldo, struct attn_plan pl)
+{
+        extern __shared__ float sh[]; /* q (nh, hd), then scores (nh, ATTN_TILE) */
+        __shared__ size_t s_off[ATTN_TILE];
+        __shared__ float s_m[ATTN_HB], s_a[ATTN_HB], s_inv[ATTN_HB];
+        __shared__ double s_l[ATTN_HB];
+        __shared__ float s_w[ATTN_HB][ATTN_MAX_SPLITS];
+        __shared__ int s_last;
+        const int t = blockIdx.y, split = blockIdx.z, hd = pl.hd;
+        const int kvh = blockIdx.x / pl.nsub, j0 = (blockIdx.x % pl.nsub) * pl.hb;
+        const int nh = min(pl.hb, pl.group - j0), h0 = kvh * pl.group + j0;
+        const int tid = (int)threadIdx.x, lane = tid & 31, warp = tid >> 5;
         const uint32_t pos = kv.pos[t], tbl = kv.tbl[t];
+        /* splits of this token: those that hold a position <= pos (the last also takes
+         * any position past n_split * span, should pos exceed the launch's max_pos) */
+        const int n_split = (int)min(pos / pl.span + 1, (uint32_t)pl.n_split);
+        const uint32_t p0 = (uint32_t)split * pl.span;
+        const uint32_t p1 = split == n_split - 1 ? pos + 1 : p0 + pl.span;
         const __half *kb = (const __half *)kv.base + (size_t)kvh * hd;
         const __half *vb = kb + kv.v_off;
-        float *qs = sh, *sc = sh + hd;
+        float *qs = sh, *sc = sh + nh * hd;
+        float acc[ATTN_HB][DPT];
 
-        for (int i = threadIdx.x; i < hd; i += blockDim.x)
-                qs[i] = q[(size_t)t * ldq + (size_t)h * hd + i];
+        if (split >= n_split)
+                return; /* the whole block: no position of this token here */
+        for (int e = threadIdx.x; e < nh * hd; e += ATTN_THREADS)
+                qs[e] = q[(size_t)t * ldq + (size_t)h0 * hd + e];
+        if (threadIdx.x < ATTN_HB) {
+                s_m[threadIdx.x] = -INFINITY;
+                s_l[threadIdx.x] = 0.0;
+        }
+#pragma unroll
+        for (int j = 0; j < ATTN_HB; j++)
+#pragma unroll
+                for (int d = 0; d < DPT; d++)
+                        acc[j][d] = 0.0f;
         __syncthreads();
 
-        /* scores: one warp per position */
-        for (uint32_t p = warp; p <= pos; p += nw) {
-                const __half *kp = kb + slot_off(kv, tbl, p);
-                float s = 0.0f;
+        for (uint32_t tp = p0; tp < p1; tp += ATTN_TILE) {
+                const int n = (int)min(p1 - tp, (uint32_t)ATTN_TILE);
 
-                for (int i = lane; i < hd; i += 32)
-                        s += qs[i] * __half2float(kp[i]);
-                for (int off = 16; off; off >>= 1)
-                        s += __shfl_xor_sync(0xffffffffu, s, off);
+                /* scores of the tile: one warp per position, K read once for nh heads */
+                for (int pp = warp; pp < n; pp += ATTN_WARPS) {
+                        const uint32_t p = tp + pp;
+                        const size_t off =
+                                (size_t)__ldg(kv.pages + tbl + p / kv.page_tokens) * kv.page_elems +
+                                ((size_t)kv.layer * kv.page_tokens + p % kv.page_tokens) *
+                                        kv.kv_dim;
+                        float s[ATTN_HB];
+
+#pragma unroll
+                        for (int j = 0; j < ATTN_HB; j++)
+                                s[j] = 0.0f;
+                        for (int i = lane * VEC; i < hd; i += 32 * VEC) {
+                                float k0, k1;
+
+                                ld_kv<VEC>(kb + off + i, k0, k1);
+#pragma unroll
+                                for (int j = 0; j < ATTN_HB; j++) {
+                                        if (j < nh) {
+                                                s[j] += qs[j * hd + i] * k0;
+                                                if (VEC == 2)
+                                                        s[j] += qs[j * hd + i + 1] * k1;
+                                        }
+                                }
+                        }
+#pragma unroll
+                        for (int j = 0; j < ATTN_HB; j++) {
+                                if (j < nh) {
+                                        for (int o = 16; o; o >>= 1)
+                                                s[j] += __shfl_xor_sync(0xffffffffu, s[j], o);
+                                        if (lane == 0)
+                                                sc[j * ATTN_TILE + pp] = s[j] * pl.scale;
+                                }
+                        }
+                        if (lane == 0)
+                                s_off[pp] = off;
+                }
+                __syncthreads();
+
+                /* online softmax: new max, weights e^(s - max), the old sums rescaled */
+                for (int j = warp; j < nh; j += ATTN_WARPS) {
+                        float *sj = sc + j * ATTN_TILE, mx = -INFINITY;
+                        double sum = 0.0;
+
+                        for (int pp = lane; pp < n; pp += 32)
+                                mx = fmaxf(mx, sj[pp]);
+                        mx = fmaxf(warp_max(mx), s_m[j]);
+                        for (int pp = lane; pp < n; pp += 32) {
+                                const float e = expf(sj[pp] - mx);
+
+                                sj[pp] = e;
+                                sum += (double)e;
+                        }
+                        sum = warp_sum(sum);
+                        __syncwarp(); /* every lane has read s_m[j] */
+                        if (lane == 0) {
+                                const float a = expf(s_m[j] - mx); /* 0 on the first tile */
+
+                                s_a[j] = a;
+                                s_l[j] = s_l[j] * (double)a + sum;
+                                s_m[j] = mx;
+                        }
+                }
+                __syncthreads();
+
+                /* acc = acc * a + sum_p e_p V[p]: one thread per output dim, V read once
+                 * for nh heads */
+#pragma unroll
+                for (int d = 0; d < DPT; d++) {
+                        const int i = tid + d * ATTN_THREADS;
+
+                        if (i < hd) {
+#pragma unroll
+                                for (int j = 0; j < ATTN_HB; j++)
+                                        if (j < nh)
+                                                acc[j][d] *= s_a[j];
+                                int pp = 0;
+
+                                for (; pp + 4 <= n; pp += 4) { /* 4 loads in flight */
+                                        float v[4];
+
+#pragma unroll
+                                        for (int u = 0; u < 4; u++)
+                                                v[u] = __half2float(__ldg(vb + s_off[pp + u] + i));
+#pragma unroll
+                                        for (int u = 0; u < 4; u++)
+#pragma unroll
+                                                for (int j = 0; j < ATTN_HB; j++)
+                                                        if (j < nh)
+                                                                acc[j][d] +=
+                                                                        sc[j * ATTN_TILE + pp + u] *
+                                                                        v[u];
+                                }
+                                for (; pp < n; pp++) {
+                                        const float v = __half2float(__ldg(vb + s_off[pp] + i));
+
+#pragma unroll
+                                        for (int j = 0; j < ATTN_HB; j++)
+                                                if (j < nh)
+                                                        acc[j][d] += sc[j * ATTN_TILE + pp] * v;
+                                }
+                        }
+                }
+                __syncthreads(); /* the next tile overwrites sc, s_off, s_a */
+        }
+
+        if (n_split == 1) {
+#pragma unroll
+                for (int j = 0; j < ATTN_HB; j++) {
+                        if (j < nh) {
+                                const float inv = (float)(1.0 / s_l[j]);
+                                float *o = out + (size_t)t * ldo + (size_t)(h0 + j) * hd;
+
+#pragma unroll
+                                for (int d = 0; d < DPT; d++)
+                                        if (tid + d * ATTN_THREADS < hd)
+                                                o[tid + d * ATTN_THREADS] = acc[j][d] * inv;
+                        }
+                }
+                return;
+        }
+
+        /* publish this split's partials; the last split of (t, x) to finish merges */
+        const size_t row = (size_t)t * pl.n_heads + h0; /* slot of head j: (row + j) * n_split */
+#pragma unroll
+        for (int j = 0; j < ATTN_HB; j++) {
+                if (j < nh) {
+                        float *a = pl.acc + ((row + j) * pl.n_split + split) * hd;
+
+#pragma unroll
+                        for (int d = 0; d < DPT; d++)
+                                if (tid + d * ATTN_THREADS < hd)
+                                        a[tid + d * ATTN_THREADS] = acc[j][d];
+                }
+        }
+        if (tid < nh)
+                pl.ml[(row + tid) * pl.n_split + split] = make_float2(s_m[tid], (float)s_l[tid]);
+        __threadfence();
+        __syncthreads();
+        unsigned *cnt = pl.cnt + (size_t)t * gridDim.x + blockIdx.x;
+        if (threadIdx.x == 0)
+                s_last = atomicAdd(cnt, 1u) == (unsigned)n_split - 1;
+        __syncthreads();
+        if (!s_last)
+                return;
+        __threadfence();
+
+        /* merge: weight of split s = e^(m_s - M), one lane per split */
+        for (int j = warp; j < nh; j += ATTN_WARPS) {
+                const volatile float *ml = (const volatile float *)(pl.ml + (row + j) * pl.n_split);
+                float m = -INFINITY, l = 0.0f;
+
+                if (lane < n_split) {
+                        m = ml[2 * lane];
+                        l = ml[2 * lane + 1];
+                }
+                const float mx = warp_max(m);
+                const float w = lane < n_split ? expf(m - mx) : 0.0f;
+                const double sum = warp_sum((double)l * (double)w);
+
+                s_w[j][lane] = w;
                 if (lane == 0)
-                        sc[p] = s * scale;
+                        s_inv[j] = (float)(1.0 / sum);
         }
         __syncthreads();
+        for (int e = threadIdx.x; e < nh * hd; e += ATTN_THREADS) {
+                const int j = e / hd, i = e % hd;
+                const volatile float *a = pl.acc + (row + j) * pl.n_split * hd + i;
+                float o = 0.0f;
 
-        /* softmax */
-        float m = -INFINITY;
-        for (uint32_t p = threadIdx.x; p <= pos; p += blockDim.x)
-                m = fmaxf(m, sc[p]);
-        for (int off = 16; off; off >>= 1)
-                m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
-        if (lane == 0)
-                fmax[warp] = m;
-        __syncthreads();
-        m = fmax[0];
-        for (int w = 1; w < nw; w++)
-                m = fmaxf(m, fmax[w]);
-        double sum = 0.0;
-        for (uint32_t p = threadIdx.x; p <= pos; p += blockDim.x) {
-                const float e = expf(sc[p] - m);
-
-                sc[p] = e;
-                sum += (double)e;
+                for (int s = 0; s < n_split; s++)
+                        o += a[(size_t)s * hd] * s_w[j][s];
+                out[(size_t)t * ldo + (size_t)(h0 + j) * hd + i] = o * s_inv[j];
         }
-        for (int off = 16; off; off >>= 1)
-                sum += __shfl_xor_sync(0xffffffffu, sum, off);
-        if (lane == 0)
-                dsum[warp] = sum;
-        __syncthreads();
-        sum = 0.0;
-        for (int w = 0; w < nw; w++)
-                sum += dsum[w];
-        const float inv = (float)(1.0 / sum);
+        if (threadIdx.x == 0)
+                *cnt = 0; /* every split of (t, x) has counted: ready for the next launch */
+}
 
-        /* out = sum_p w[p] V[p]: one thread per output element */
-        for (int i = threadIdx.x; i < hd; i += blockDim.x) {
-                float acc = 0.0f;
-
-                for (uint32_t p = 0; p <= pos; p++)
-                        acc += sc[p] * inv * __half2float(vb[slot_off(kv, tbl, p) + i]);
-                out[(size_t)t * ldo + (size_t)h * hd + i] = acc;
-        }
+template <int DPT>
+static void launch(int vec, dim3 grid, size_t shmem, cudaStream_t stream, const m40_cuda_kv &kv,
+                   const float *q, size_t ldq, float *out, size_t ldo, const attn_plan &pl)
+{
+        if (vec)
+                k_attention<2, DPT>
+                        <<<grid, ATTN_THREADS, shmem, stream>>>(kv, q, ldq, out, ldo, pl);
+        else
+                k_attention<1, DPT>
+                        <<<grid, ATTN_THREADS, shmem, stream>>>(kv, q, ldq, out, ldo, pl);
 }
 
 extern "C" int m40_cuda_attention(const struct m40_cuda_kv *kv, const float *q, size_t ldq,
                                   float *out, size_t ldo, uint32_t n_heads, uint32_t n_kv_heads,
                                   uint32_t head_dim, float scale, uint32_t n_tok, uint32_t max_pos,
-                                  struct CUstream_st *stream)
+                                  void *ws, size_t ws_bytes, struct CUstream_st *stream)
 {
-        const size_t shmem = ((size_t)max_pos + 1 + head_dim) * sizeof(float);
+        struct attn_plan pl;
+        uint64_t need;
+        size_t shmem;
+        int vec;
 
         if (!kv || !q || !out || !n_kv_heads || n_heads % n_kv_heads || !head_dim ||
-            head_dim > M40_CUDA_MAX_HEAD_DIM || max_pos >= M40_CUDA_ATTN_MAX_CTX ||
+            head_dim > M40_CUDA_MAX_HEAD_DIM || max_pos > M40_CUDA_ATTN_MAX_POS || n_tok > 65535 ||
             ldq < (size_t)n_heads * head_dim || ldo < (size_t)n_heads * head_dim ||
-            !kv->page_tokens)
+            !kv->page_tokens || !kv->base || (uintptr_t)ws % WS_ALIGN)
                 return -EINVAL;
-        if (!n_tok)
+        if (!n_tok || !n_heads)
                 return 0;
-        k_attention<<<dim3(n_heads, n_tok), ATTN_THREADS, shmem, stream>>>(
-                *kv, q, ldq, out, ldo, (int)(n_heads / n_kv_heads), (int)head_dim, scale);
+        need = make_plan(n_tok, n_heads, n_kv_heads, head_dim, max_pos, &pl);
+        if (need > ws_bytes || (need && !ws))
+                return -EINVAL;
+        pl.scale = scale;
+        pl.cnt = (unsigned *)ws;
+        pl.acc = NULL;
+        pl.ml = NULL;
+        if (need) {
+                const uint64_t slots = (uint64_t)n_tok * n_heads * pl.n_split;
+
+                pl.acc = (float *)((char *)ws + M40_CUDA_ATTN_WS_COUNTERS);
+                pl.ml = (float2 *)((char *)pl.acc + ws_al(slots * head_dim * sizeof(float)));
+        }
+        vec = head_dim % 2 == 0 && kv->kv_dim % 2 == 0 && kv->page_elems % 2 == 0 &&
+              kv->v_off % 2 == 0 && (uintptr_t)kv->base % 4 == 0;
+        shmem = (size_t)pl.hb * (head_dim + ATTN_TILE) * sizeof(float);
+        const dim3 grid(n_kv_heads * pl.nsub, n_tok, pl.n_split);
+        if (head_dim <= ATTN_THREADS)
+                launch<1>(vec, grid, shmem, stream, *kv, q, ldq, out, ldo, pl);
+        else if (head_dim <= 2 * ATTN_THREADS)
+                launch<2>(vec, grid, shmem, stream, *kv, q, ldq, out, ldo, pl);
+        else
+                launch<ATTN_DPT>(vec, grid, shmem, stream, *kv, q, ldq, out, ldo, pl);
         return m40_cuda_launch_status("attention");
 }

@@ -6,25 +6,31 @@
  * the limits: the CPU engine's semantics (cpu_engine.c), line for line. The sequence
  * slots, admission, stop conditions and the event queue are the CPU engine's seqs.c (shared
  * with it). The device work is in cuda_forward.c; KV page accounting is the CPU
- * engine's kv.c. Sampling: greedy rows without penalties take the device's argmax (only
- * token ids cross PCIe); any other row (temperature, penalties, keep_logits) copies the
- * step's logits to the host and uses the CPU engine's sampler (sampler.h), so every
- * sampling option works and gives the CPU engine's tokens for the same logits. */
+ * engine's kv.c. Sampling runs on the device for every row (cuda/sample.h: the CPU
+ * engine's sampler, every option, within the draw tolerance stated there): each step
+ * uploads the rows' parameters and rng states, the kernel reads the penalty window from
+ * a device copy of each slot's tokens (uploaded once per sequence, then appended to by
+ * the kernel), and only the token ids come back; the rng state advances on the host as
+ * on the device. Only rows of sequences with keep_logits copy their logits to the host. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include <cuda_runtime.h>
+
+#include "cuda/alloc.h"
 #include "cuda/cuda_engine.h"
 #include "cuda/cuda_forward.h"
 #include "cuda/launch.h"
+#include "cuda/loader.h"
 #include "cuda/ops.h"
+#include "cuda/sample.h"
 #include "engine/engine.h"
 #include "engine/forward.h"
 #include "engine/kv.h"
 #include "engine/model.h"
-#include "engine/sampler.h"
 #include "engine/seqs.h"
 #include "m40/error.h"
 
@@ -36,12 +42,16 @@ struct cuda_engine {
         struct m40_kv_pages *pages;
         struct m40_cuda_fwd *fwd;
         struct m40_engine_limits lim;
-        struct m40_seq *seqs;      /* (max_seqs) */
-        struct m40_fwd_tok *batch; /* (max_batch_tokens) */
-        float *logits;             /* (max_seqs, n_vocab) */
-        int32_t *argmax;           /* (max_seqs) device argmax of each row */
-        bool host_logits;          /* this step copied logits (else argmax) */
-        struct m40_sampler_scratch scratch;
+        struct m40_seq *seqs;                /* (max_seqs) */
+        struct m40_fwd_tok *batch;           /* (max_batch_tokens) */
+        float *logits;                       /* (max_seqs, n_vocab) host: the step's kept rows */
+        int32_t *tokens;                     /* (max_seqs) host: the step's token of each row */
+        struct m40_cuda_sample_row *srows;   /* (max_seqs) host: the step's sampling jobs */
+        struct m40_cuda_sample_row *srows_d; /* (max_seqs) device copy */
+        int32_t *tok_d;                      /* (max_seqs) device: the sampled tokens */
+        int32_t *hist_d;  /* (max_seqs, max_ctx) device: each slot's tokens, for penalties */
+        uint32_t *hist_n; /* (max_seqs) how many of the slot's tokens hist_d holds */
+        void *swork;      /* device: m40_cuda_sample_work_bytes(n_vocab, max_seqs) */
         struct m40_seq_events evq;
         uint32_t next_id;
         uint64_t next_order;
@@ -69,26 +79,28 @@ static int cuda_admit(struct m40_engine *base, const struct m40_seq_params *p, u
 
         if (r)
                 return r;
+        e->hist_n[s - e->seqs] = 0; /* the slot's device tokens are another sequence's */
         *ret_id = s->id;
         return 0;
 }
 
-/* produce - sample s's next token from its logits row; emit it with any finish reason. */
+/* produce - take s's token that the device sampled from its logits row; emit it with any
+ * finish reason. */
 static int produce(struct cuda_engine *e, struct m40_seq *s)
 {
-        const float *lg = e->logits + (size_t)s->row * e->m->n_vocab;
-        int32_t tok;
+        const size_t slot = (size_t)(s - e->seqs);
+        const int32_t tok = e->tokens[s->row];
         uint32_t why = M40_FINISH_NONE;
 
-        if (e->host_logits && s->keep_logits) {
-                memcpy(s->logits, lg, (size_t)e->m->n_vocab * sizeof(float));
+        if (s->keep_logits) {
+                memcpy(s->logits, e->logits + (size_t)s->row * e->m->n_vocab,
+                       (size_t)e->m->n_vocab * sizeof(float));
                 s->has_logits = true;
         }
-        if (e->host_logits)
-                tok = m40_sampler_sample(&s->sampling, &s->rng, lg, s->toks, s->n_toks,
-                                         &e->scratch);
-        else
-                tok = e->argmax[s->row];
+        s->rng = m40_cuda_sample_rng_next(s->sampling.temperature, s->rng);
+        /* the kernel stored tok after the slot's tokens: a whole copy stays whole */
+        if (e->hist_n[slot] == s->n_toks && s->n_toks < e->lim.max_ctx)
+                e->hist_n[slot]++;
         e->st.generated_tokens++;
         why = m40_seq_append(s, &e->lim, e->m->eos_id, e->m->eot_id, tok);
         if (why != M40_FINISH_NONE)
@@ -96,16 +108,66 @@ static int produce(struct cuda_engine *e, struct m40_seq *s)
         return m40_seq_events_push(&e->evq, s, tok, why);
 }
 
-/* needs_host - whether s's next token needs its logits on the host (anything but plain
- * greedy: a draw, penalties, or kept logits). */
-static bool needs_host(const struct m40_seq *s)
+/* sample_prepare - before the forward pass (the stream is idle, so the pageable copies
+ * do not wait): each planned row's sampling job to the device, and the tokens that the
+ * penalty window of its sequence needs and the device copy lacks (the prompt, once). */
+static int sample_prepare(struct cuda_engine *e, uint32_t rows)
 {
-        const struct m40_sampling *p = &s->sampling;
+        struct CUstream_st *st = m40_cuda_fwd_stream(e->fwd);
+        const uint32_t cap = e->lim.max_ctx;
 
-        return s->keep_logits || p->temperature > 0.0f ||
-               (p->penalty_last_n != 0 &&
-                (p->repeat_penalty != 1.0f || p->frequency_penalty != 0.0f ||
-                 p->presence_penalty != 0.0f));
+        for (uint32_t i = 0; i < e->lim.max_seqs; i++) {
+                struct m40_seq *s = &e->seqs[i];
+                int32_t *h = e->hist_d + (size_t)i * cap;
+
+                if (s->state != M40_SEQ_ACTIVE || s->row < 0)
+                        continue;
+                if (m40_cuda_sample_uses_hist(&s->sampling) && e->hist_n[i] < s->n_toks) {
+                        const int32_t last_n = s->sampling.penalty_last_n;
+                        uint32_t from = e->hist_n[i];
+
+                        /* older tokens are never read again: the window only moves on */
+                        if (last_n > 0 && s->n_toks - from > (uint32_t)last_n)
+                                from = s->n_toks - (uint32_t)last_n;
+                        if (cudaMemcpyAsync(h + from, s->toks + from,
+                                            (size_t)(s->n_toks - from) * sizeof(int32_t),
+                                            cudaMemcpyHostToDevice, st) != cudaSuccess)
+                                return m40_cuda_launch_status("history upload");
+                        e->hist_n[i] = s->n_toks;
+                }
+                m40_cuda_sample_row_set(&e->srows[s->row], &s->sampling, s->rng, h, s->n_toks, cap);
+        }
+        if (rows && cudaMemcpyAsync(e->srows_d, e->srows, rows * sizeof(*e->srows),
+                                    cudaMemcpyHostToDevice, st) != cudaSuccess)
+                return m40_cuda_launch_status("sampling upload");
+        return 0;
+}
+
+/* sample_run - after the forward pass: the kept rows' logits to the host, every row
+ * sampled on the device, the tokens back. Synchronous. */
+static int sample_run(struct cuda_engine *e, uint32_t rows)
+{
+        struct CUstream_st *st = m40_cuda_fwd_stream(e->fwd);
+        const uint32_t nv = e->m->n_vocab;
+        float *lg = m40_cuda_fwd_logits(e->fwd);
+        int r = 0;
+
+        for (uint32_t i = 0; i < e->lim.max_seqs && !r; i++) {
+                const struct m40_seq *s = &e->seqs[i];
+
+                /* before the sampler penalizes the row in place */
+                if (s->state == M40_SEQ_ACTIVE && s->row >= 0 && s->keep_logits &&
+                    cudaMemcpyAsync(e->logits + (size_t)s->row * nv, lg + (size_t)s->row * nv,
+                                    nv * sizeof(float), cudaMemcpyDeviceToHost, st) != cudaSuccess)
+                        r = m40_cuda_launch_status("logits download");
+        }
+        r = r ? r : m40_cuda_sample(lg, nv, nv, e->srows_d, rows, e->swork, e->tok_d, st);
+        if (!r && cudaMemcpyAsync(e->tokens, e->tok_d, rows * sizeof(int32_t),
+                                  cudaMemcpyDeviceToHost, st) != cudaSuccess)
+                r = m40_cuda_launch_status("token download");
+        if (cudaStreamSynchronize(st) != cudaSuccess && !r)
+                r = m40_cuda_launch_status("sampling");
+        return r;
 }
 
 /* plan - add s's next tokens (up to *budget) to the batch; false when s needs nothing. */
@@ -158,7 +220,7 @@ static int cuda_step(struct m40_engine *base)
 
                 s->row = -1;
                 s->prev_past = s->n_past;
-                if (s->state == M40_SEQ_ACTIVE && s->n_toks - s->n_past == 1 && s->n_past)
+                if (m40_seq_runnable(s) && s->n_toks - s->n_past == 1 && s->n_past)
                         r = plan(e, s, &n, &rows);
         }
         for (;;) {
@@ -167,7 +229,7 @@ static int cuda_step(struct m40_engine *base)
                 for (uint32_t i = 0; i < e->lim.max_seqs; i++) {
                         struct m40_seq *s = &e->seqs[i];
 
-                        if (s->state == M40_SEQ_ACTIVE && s->row < 0 && s->n_toks > s->n_past &&
+                        if (m40_seq_runnable(s) && s->row < 0 && s->n_toks > s->n_past &&
                             (!best || s->order < best->order))
                                 best = s;
                 }
@@ -179,14 +241,12 @@ static int cuda_step(struct m40_engine *base)
         }
         if (r)
                 return r;
-        e->host_logits = false;
-        for (uint32_t i = 0; i < e->lim.max_seqs; i++)
-                if (e->seqs[i].state == M40_SEQ_ACTIVE && e->seqs[i].row >= 0 &&
-                    needs_host(&e->seqs[i]))
-                        e->host_logits = true;
-        if (n)
-                r = m40_cuda_fwd_run(e->fwd, e->batch, n, rows, e->host_logits ? e->logits : NULL,
-                                     e->argmax);
+        if (rows)
+                r = sample_prepare(e, rows);
+        if (!r && n)
+                r = m40_cuda_fwd_run(e->fwd, e->batch, n, rows, NULL, NULL);
+        if (!r && rows)
+                r = sample_run(e, rows);
         if (r) {
                 /* the step did not happen: give the planned tokens back */
                 for (uint32_t i = 0; i < e->lim.max_seqs; i++)
@@ -223,6 +283,13 @@ static int cuda_cancel(struct m40_engine *base, uint32_t id)
         struct cuda_engine *e = (struct cuda_engine *)base;
 
         return m40_seq_cancel(e->seqs, e->lim.max_seqs, e->pages, &e->evq, id);
+}
+
+static int cuda_hold(struct m40_engine *base, uint32_t id, bool hold)
+{
+        struct cuda_engine *e = (struct cuda_engine *)base;
+
+        return m40_seq_hold(e->seqs, e->lim.max_seqs, id, hold);
 }
 
 static int cuda_logits(struct m40_engine *base, uint32_t id, float *out, size_t n)
@@ -264,12 +331,13 @@ static void cuda_destroy(struct m40_engine *base)
 
         m40_seq_slots_free(e->seqs, e->lim.max_seqs, e->pages);
         m40_cuda_fwd_free(e->fwd);
-        m40_sampler_scratch_done(&e->scratch);
         m40_kv_pages_free(e->pages);
         m40_model_free(e->m);
         free(e->batch);
         free(e->logits);
-        free(e->argmax);
+        free(e->tokens);
+        free(e->srows);
+        free(e->hist_n);
         m40_seq_events_done(&e->evq);
         free(e);
 }
@@ -280,11 +348,50 @@ static const struct m40_engine_ops cuda_ops = {
         .step = cuda_step,
         .events = cuda_events,
         .cancel = cuda_cancel,
+        .hold = cuda_hold,
         .logits = cuda_logits,
         .stats = cuda_stats,
         .model = cuda_model,
         .destroy = cuda_destroy,
 };
+
+static uint64_t al(uint64_t n)
+{
+        return (n + M40_CUDA_ALLOC_ALIGN - 1) & ~(uint64_t)(M40_CUDA_ALLOC_ALIGN - 1);
+}
+
+/* sample_scratch_bytes - the device scratch sample_init() takes (rounded as the pool). */
+static uint64_t sample_scratch_bytes(const struct cuda_engine *e)
+{
+        const uint64_t S = e->lim.max_seqs;
+
+        return al(S * sizeof(struct m40_cuda_sample_row)) + al(S * sizeof(int32_t)) +
+               al(S * e->lim.max_ctx * sizeof(int32_t)) +
+               al(m40_cuda_sample_work_bytes(e->m->n_vocab, e->lim.max_seqs));
+}
+
+/* sample_init - the sampler's device buffers from the forward pass's scratch pool, its
+ * counts zeroed. */
+static int sample_init(struct cuda_engine *e)
+{
+        struct m40_cuda_alloc *a = m40_cuda_fwd_alloc(e->fwd);
+        struct CUstream_st *st = m40_cuda_fwd_stream(e->fwd);
+        const uint32_t S = e->lim.max_seqs;
+        void *rows = NULL;
+        int r = m40_cuda_scratch_array(a, S, sizeof(*e->srows_d), &rows);
+
+        r = r ? r : m40_cuda_scratch_i32(a, S, &e->tok_d);
+        r = r ? r : m40_cuda_scratch_i32(a, (uint64_t)S * e->lim.max_ctx, &e->hist_d);
+        r = r ? r
+              : m40_cuda_scratch_alloc(a, m40_cuda_sample_work_bytes(e->m->n_vocab, S), &e->swork);
+        if (r)
+                return r;
+        e->srows_d = rows;
+        r = m40_cuda_sample_work_init(e->swork, e->m->n_vocab, S, st);
+        if (!r && cudaStreamSynchronize(st) != cudaSuccess)
+                r = m40_cuda_launch_status("sampler setup");
+        return r;
+}
 
 /* fill_limits - resolve the defaults of lim for model m. */
 static void fill_limits(struct m40_engine_limits *lim, const struct m40_model *m)
@@ -313,10 +420,28 @@ static void fill_limits(struct m40_engine_limits *lim, const struct m40_model *m
         }
 }
 
+/* The loader's callbacks, passed on to the limits' load_progress and load_note. */
+static void load_progress(void *user, const struct m40_cuda_load_progress *p)
+{
+        const struct m40_engine_limits *lim = user;
+
+        if (lim->load_progress)
+                lim->load_progress(lim->load_ctx, p->bytes_done, p->bytes_total, p->seconds);
+}
+
+static void load_note(void *user, const char *msg)
+{
+        const struct m40_engine_limits *lim = user;
+
+        if (lim->load_note)
+                lim->load_note(lim->load_ctx, msg);
+}
+
 int m40_cuda_engine_new(const char *path, const struct m40_engine_limits *lim, int device,
                         struct m40_engine **ret, char *err, size_t errlen)
 {
         struct cuda_engine *e = calloc(1, sizeof(*e));
+        struct m40_cuda_load_opts load = {0};
         uint64_t page_bytes, n_pages;
         int r;
 
@@ -325,6 +450,9 @@ int m40_cuda_engine_new(const char *path, const struct m40_engine_limits *lim, i
         e->base.ops = &cuda_ops;
         if (lim)
                 e->lim = *lim;
+        load.progress = load_progress;
+        load.note = load_note;
+        load.user = &e->lim;
         r = -EINVAL;
         if (e->lim.act > M40_ACT_GGML) {
                 if (err)
@@ -338,17 +466,17 @@ int m40_cuda_engine_new(const char *path, const struct m40_engine_limits *lim, i
                                  "the CUDA engine computes with float32 activations only");
                 goto out_free;
         }
-        r = m40_model_load(path, &e->m, err, errlen);
+        r = m40_model_open(path, &e->m, err, errlen);
         if (r)
                 goto out_free;
         fill_limits(&e->lim, e->m);
         page_bytes = 2ull * 2 * e->m->n_layers * e->lim.page_tokens * e->m->kv_dim;
         n_pages = e->lim.kv_bytes / page_bytes;
         r = -EINVAL;
-        if (e->lim.max_ctx > M40_CUDA_ATTN_MAX_CTX) {
+        if (e->lim.max_ctx - 1 > M40_CUDA_ATTN_MAX_POS) { /* positions are 31-bit */
                 if (err)
                         snprintf(err, errlen, "%s: max_ctx %u is above the CUDA engine's %u", path,
-                                 e->lim.max_ctx, M40_CUDA_ATTN_MAX_CTX);
+                                 e->lim.max_ctx, M40_CUDA_ATTN_MAX_POS + 1);
                 goto out_free;
         }
         if (e->m->head_dim > M40_CUDA_MAX_HEAD_DIM) {
@@ -365,20 +493,29 @@ int m40_cuda_engine_new(const char *path, const struct m40_engine_limits *lim, i
                 goto out_free;
         }
         r = m40_cuda_fwd_new(e->m, device, e->lim.max_batch_tokens, e->lim.max_seqs, e->lim.max_ctx,
-                             (uint32_t)n_pages, e->lim.page_tokens, 0, &e->fwd, err, errlen);
+                             (uint32_t)n_pages, e->lim.page_tokens, e->lim.vram_limit_mb,
+                             sample_scratch_bytes(e), &load, &e->fwd, err, errlen);
         if (r)
                 goto out_free;
         r = m40_kv_pages_new((uint32_t)n_pages, e->lim.page_tokens, &e->pages);
-        r = r ? r : m40_sampler_scratch_init(&e->scratch, e->m->n_vocab);
         if (r)
                 goto out_err;
         e->seqs = calloc(e->lim.max_seqs, sizeof(*e->seqs));
         e->batch = calloc(e->lim.max_batch_tokens, sizeof(*e->batch));
         e->logits = malloc((size_t)e->lim.max_seqs * e->m->n_vocab * sizeof(float));
-        e->argmax = calloc(e->lim.max_seqs, sizeof(*e->argmax));
-        if (!e->seqs || !e->batch || !e->logits || !e->argmax) {
+        e->tokens = calloc(e->lim.max_seqs, sizeof(*e->tokens));
+        e->srows = calloc(e->lim.max_seqs, sizeof(*e->srows));
+        e->hist_n = calloc(e->lim.max_seqs, sizeof(*e->hist_n));
+        if (!e->seqs || !e->batch || !e->logits || !e->tokens || !e->srows || !e->hist_n) {
                 r = -ENOMEM;
                 goto out_err;
+        }
+        r = sample_init(e);
+        if (r) {
+                if (err)
+                        snprintf(err, errlen, "%s: sampler setup: %s", path,
+                                 r == M40_ECUDA ? m40_cuda_last_error() : m40_strerror(r));
+                goto out_free;
         }
         *ret = &e->base;
         return 0;

@@ -3,10 +3,14 @@
  * Owns nothing beyond its constructor: the engine it returns is used only through the
  * m40_engine_* functions of daemon/engine/engine.h and freed with m40_engine_free().
  * It has the CPU engine's semantics (slots, decode-first scheduling, prompts chunked by
- * max_batch_tokens, events, stop conditions, paged KV accounting of kv.h, the sampler of
- * sampler.h) and computes the CPU engine's M40_ACT_F32 specification with one kernel
- * launch per op, so greedy continuations match the CPU engine run with M40_ACT_F32 and
- * logits agree to FP32 rounding. Link: m40cudaengine_dep together with m40engine_dep. */
+ * max_batch_tokens, events, stop conditions, paged KV accounting of kv.h) and computes the
+ * CPU engine's M40_ACT_F32 specification with one kernel launch per op, so greedy
+ * continuations match the CPU engine run with M40_ACT_F32 and logits agree to FP32
+ * rounding. Every logits row is sampled on the device by cuda/sample.h, the chain of
+ * sampler.h with the same per-sequence rng: greedy, top-k, min-p and penalties are exact,
+ * the top-p cut and the draw within the tolerance that sample.h states. Sequences with
+ * keep_logits also copy their raw (pre-penalty) logits to the host each step, for
+ * m40_engine_logits(). Link: m40cudaengine_dep together with m40engine_dep. */
 #ifndef M40_CUDA_CUDA_ENGINE_H
 #define M40_CUDA_CUDA_ENGINE_H
 
@@ -24,8 +28,8 @@ extern "C" {
  * lim may be NULL; every field 0 means the CPU engine's default (16 slots, max_ctx
  * min(train ctx, 4096), page_tokens 16, max_batch_tokens 256, KV memory up to 512 MiB
  * but at least one full context); n_threads is ignored; act 0 (default) and M40_ACT_F32
- * both mean float32 activations; M40_ACT_GGML gives M40_EUNSUPPORTED. max_ctx must be
- * at most M40_CUDA_ATTN_MAX_CTX (8192) and head_dim at most 512. All device memory (the
+ * both mean float32 activations; M40_ACT_GGML gives M40_EUNSUPPORTED. max_ctx - 1 must
+ * be at most M40_CUDA_ATTN_MAX_POS and head_dim at most 512. All device memory (the
  * weights, KV pages, activations for max_batch_tokens tokens, max_seqs logits rows) is
  * taken here in one arena; steps allocate no device memory.
  *

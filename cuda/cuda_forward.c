@@ -3,11 +3,13 @@
  *   x = embed(tokens); per layer: xn = rmsnorm(x) * attn_norm; q,k,v = xn Wq,Wk,Wv (+ b);
  *   rope q,k and store k,v (f16); att = attention; x += att Wo; xn = rmsnorm(x) * ffn_norm;
  *   x += (silu(xn Wg) * (xn Wu)) Wd; then logits = rmsnorm(x[rows]) * output_norm Wout.
- * Matrix products of more than M40_CUDA_MATMUL_MAX_BATCH tokens run as column tiles. */
+ * Matrix products of GEMM_MIN_TOKENS tokens or more run as cuBLAS SGEMM on dequantized
+ * weight tiles (cuda/gemm.h), smaller ones on the matrix kernels (cuda/matvec.h). */
 #include "cuda/cuda_forward.h"
 
 #include <errno.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +18,7 @@
 
 #include "cuda/alloc.h"
 #include "cuda/device.h"
+#include "cuda/gemm.h"
 #include "cuda/loader.h"
 #include "cuda/matvec.h"
 #include "cuda/ops.h"
@@ -26,12 +29,22 @@ struct dlayer {
         float *attn_norm, *ffn_norm, *bq, *bk, *bv; /* device; biases NULL for llama */
 };
 
+/* Steps of fewer tokens than this (decode, short prompt chunks) run as CUDA graphs:
+ * hundreds of small kernels per token cost more to launch one by one (a few us of host
+ * time each) than they take to run on a small model. FWD_GRAPHS shapes are kept; the
+ * attention bound is rounded up to FWD_GRAPH_POS positions so one graph serves many
+ * steps (128: contexts below it stay in the attention's one-pass form, ops.h). */
+#define FWD_GRAPH_MAX_TOKENS 64
+#define FWD_GRAPHS           16
+#define FWD_GRAPH_POS        128
+
 struct m40_cuda_fwd {
         const struct m40_model *m;
         struct m40_cuda_device *dev;
         struct m40_cuda_alloc *a;
         struct m40_cuda_weights w;
         cudaStream_t stream;
+        struct m40_cuda_gemm *gemm; /* the prefill GEMM; NULL when steps are too small */
         struct dlayer *layers;
         struct m40_cuda_matrix tok_embd, output;
         float *output_norm;
@@ -46,6 +59,15 @@ struct m40_cuda_fwd {
          * pages (max_tbl) */
         void *meta_h, *meta_d;
         size_t meta_bytes;
+        void *attn_ws; /* m40_cuda_attention()'s workspace (NULL when it needs none) */
+        size_t attn_ws_bytes;
+        /* CUDA graphs of small steps (see run_graph()), most recently used first */
+        struct fwd_graph {
+                cudaGraphExec_t exec;
+                uint32_t n, n_rows, bound;
+        } graphs[FWD_GRAPHS];
+        uint32_t n_graphs;
+        bool no_graphs; /* a capture failed: launch directly from then on */
 };
 
 static size_t ld4(size_t n)
@@ -108,10 +130,11 @@ static uint64_t small_bytes(const struct m40_model *m, uint32_t max_ctx)
         return per_layer * m->n_layers + al(m->dim * 4) + al((size_t)max_ctx * m->rope.n_rot * 4);
 }
 
-static int put_weights(struct m40_cuda_fwd *f, char *err, size_t errlen)
+static int put_weights(struct m40_cuda_fwd *f, const struct m40_cuda_load_opts *load, char *err,
+                       size_t errlen)
 {
         const struct m40_model *m = f->m;
-        int r = m40_cuda_load_gguf(f->a, m->gguf, NULL, &f->w, NULL, err, errlen);
+        int r = m40_cuda_load_gguf(f->a, m->gguf, load, &f->w, NULL, err, errlen);
         float *cs;
 
         f->layers = calloc(m->n_layers, sizeof(*f->layers));
@@ -170,6 +193,14 @@ static int scratch(struct m40_cuda_fwd *f, char *err, size_t errlen)
                 r = m40_cuda_scratch_f32(f->a, T * lds[i], bufs[i]);
         r = r ? r : m40_cuda_scratch_f32(f->a, (size_t)f->max_rows * f->m->n_vocab, &f->logits);
         r = r ? r : m40_cuda_scratch_alloc(f->a, f->meta_bytes, &f->meta_d);
+        if (!r && f->attn_ws_bytes) { /* its counters start at zero (ops.h) */
+                r = m40_cuda_scratch_alloc(f->a, f->attn_ws_bytes, &f->attn_ws);
+                r = r ? r
+                      : cuda_fail(cudaMemset(f->attn_ws, 0, f->attn_ws_bytes), "cudaMemset", err,
+                                  errlen);
+                /* done before any launch on the non-blocking stream */
+                r = r ? r : cuda_fail(cudaDeviceSynchronize(), "cudaMemset", err, errlen);
+        }
         if (r)
                 return r;
         f->meta_h = malloc(f->meta_bytes);
@@ -179,14 +210,59 @@ static int scratch(struct m40_cuda_fwd *f, char *err, size_t errlen)
                          "cudaStreamCreate", err, errlen);
 }
 
+/* The fewest tokens of a step whose matrix products take the GEMM (cuda/gemm.h). Per
+ * weight and n tokens, the tiled kernel spends 2n FLOP at its rate and the GEMM ~9 bytes
+ * of memory traffic (dequantize: read the block, write 4 bytes; SGEMM reads the 4 bytes),
+ * worth ~180 FLOP at the ~20 (H100) or ~24 (M40) FLOP per byte of machine balance, plus
+ * 2n FLOP at cuBLAS's ~75-80% of peak. m40-bench --matvec measured the tiled kernel at
+ * 7-9 TFLOPS on the 8B shapes at 32 and 64 columns (H100: 11-14% of the FP32 peak), so
+ * 2n (1/0.12 - 1/0.8) > 180 from n ~ 13 on: steps of 16 tokens and more take the GEMM.
+ * (Below that the matrix-vector kernel's column tiles of up to 8 are bandwidth-bound.) */
+#define GEMM_MIN_TOKENS 16
+
+/* gemm_tile_bytes - the GEMM's tile scratch: the largest matrix mm() multiplies, whole,
+ * at most M40_CUDA_GEMM_SCRATCH_DEFAULT (larger ones are cut into tiles). */
+static uint64_t gemm_tile_bytes(const struct m40_model *m)
+{
+        uint64_t b = m40_cuda_gemm_scratch_bytes(m->output.type, m->output.n_in, m->output.n_out);
+
+        for (uint32_t i = 0; i < m->n_layers; i++) {
+                const struct m40_layer *l = &m->layers[i];
+                const struct m40_weight *ws[] = {&l->wq,     &l->wk,   &l->wv,    &l->wo,
+                                                 &l->w_gate, &l->w_up, &l->w_down};
+
+                for (size_t j = 0; j < sizeof(ws) / sizeof(ws[0]); j++) {
+                        const uint64_t t =
+                                m40_cuda_gemm_scratch_bytes(ws[j]->type, ws[j]->n_in, ws[j]->n_out);
+
+                        b = t > b ? t : b;
+                }
+        }
+        return b < M40_CUDA_GEMM_SCRATCH_DEFAULT ? b : M40_CUDA_GEMM_SCRATCH_DEFAULT;
+}
+
+/* gemm_init - the GEMM's handle, its tile and cuBLAS's workspace from the scratch pool. */
+static int gemm_init(struct m40_cuda_fwd *f, uint64_t tile_bytes, uint64_t ws_bytes, char *err,
+                     size_t errlen)
+{
+        void *tile = NULL, *ws = NULL;
+        int r = tile_bytes ? m40_cuda_scratch_alloc(f->a, tile_bytes, &tile) : 0;
+
+        r = r ? r : m40_cuda_scratch_alloc(f->a, ws_bytes, &ws);
+        return r ? r : m40_cuda_gemm_new(tile, tile_bytes, ws, ws_bytes, &f->gemm, err, errlen);
+}
+
 int m40_cuda_fwd_new(const struct m40_model *m, int device, uint32_t max_tokens, uint32_t max_rows,
                      uint32_t max_ctx, uint32_t n_pages, uint32_t page_tokens,
-                     uint64_t vram_limit_mb, struct m40_cuda_fwd **ret, char *err, size_t errlen)
+                     uint64_t vram_limit_mb, uint64_t extra_scratch,
+                     const struct m40_cuda_load_opts *load, struct m40_cuda_fwd **ret, char *err,
+                     size_t errlen)
 {
         struct m40_cuda_fwd *f = calloc(1, sizeof(*f));
         struct m40_cuda_alloc_config cfg = {0};
         struct m40_cuda_alloc_stats st;
         uint64_t plan;
+        uint64_t gemm_tile = 0, gemm_ws = 0;
         int r;
 
         if (!f)
@@ -212,6 +288,15 @@ int m40_cuda_fwd_new(const struct m40_model *m, int device, uint32_t max_tokens,
         cfg.scratch_bytes = al(f->meta_bytes) + al((size_t)max_rows * m->n_vocab * 4) +
                             al(max_tokens * f->ld_dim * 4) * 3 + al(max_tokens * f->ld_q * 4) * 2 +
                             al(max_tokens * f->ld_kv * 4) * 2 + al(max_tokens * f->ld_ff * 4) * 2;
+        cfg.scratch_bytes += extra_scratch;
+        f->attn_ws_bytes = m40_cuda_attention_workspace(max_tokens, m->n_heads,
+                                                        max_ctx ? max_ctx - 1 : 0, m->head_dim);
+        cfg.scratch_bytes += al(f->attn_ws_bytes);
+        if (max_tokens >= GEMM_MIN_TOKENS || max_rows >= GEMM_MIN_TOKENS) {
+                gemm_tile = gemm_tile_bytes(m);
+                gemm_ws = m40_cuda_gemm_workspace_bytes(m40_cuda_device_info(f->dev)->cc_major);
+                cfg.scratch_bytes += al(gemm_tile) + al(gemm_ws);
+        }
         cfg.kv_page_bytes = 2ull * 2 * m->n_layers * page_tokens * m->kv_dim;
         cfg.kv_pages = n_pages;
         cfg.kv_pages_min = n_pages;
@@ -225,12 +310,17 @@ int m40_cuda_fwd_new(const struct m40_model *m, int device, uint32_t max_tokens,
         f->kv = m40_cuda_kv_base(f->a);
         f->page_elems = st.kv_page_bytes / 2;
         f->v_off = (size_t)m->n_layers * page_tokens * m->kv_dim;
-        r = put_weights(f, err, errlen);
+        r = put_weights(f, load, err, errlen);
         if (r)
                 goto out;
         r = scratch(f, err, errlen);
         if (r)
                 goto out;
+        if (gemm_ws) {
+                r = gemm_init(f, gemm_tile, gemm_ws, err, errlen);
+                if (r)
+                        goto out;
+        }
         *ret = f;
         return 0;
 out:
@@ -244,6 +334,9 @@ struct m40_cuda_fwd *m40_cuda_fwd_free(struct m40_cuda_fwd *f)
 {
         if (!f)
                 return NULL;
+        for (uint32_t i = 0; i < f->n_graphs; i++)
+                cudaGraphExecDestroy(f->graphs[i].exec);
+        m40_cuda_gemm_free(f->gemm); /* before its stream goes */
         if (f->stream) {
                 cudaStreamSynchronize(f->stream);
                 cudaStreamDestroy(f->stream);
@@ -256,12 +349,15 @@ struct m40_cuda_fwd *m40_cuda_fwd_free(struct m40_cuda_fwd *f)
         return NULL;
 }
 
-/* mm - y (n, w->n_out) = x (n, w->n_in) W^T, in column tiles of the kernels' batch limit. */
+/* mm - y (n, w->n_out) = x (n, w->n_in) W^T: the GEMM from GEMM_MIN_TOKENS tokens on,
+ * else the matrix kernels in column tiles of their batch limit. */
 static int mm(struct m40_cuda_fwd *f, const struct m40_cuda_matrix *w, const float *x, size_t ldx,
               float *y, size_t ldy, uint32_t n)
 {
         int r = 0;
 
+        if (n >= GEMM_MIN_TOKENS && f->gemm)
+                return m40_cuda_gemm(f->gemm, w, x, ldx, y, ldy, n, f->stream);
         for (uint32_t c = 0; c < n && !r; c += M40_CUDA_MATMUL_MAX_BATCH) {
                 const uint32_t b =
                         n - c < M40_CUDA_MATMUL_MAX_BATCH ? n - c : M40_CUDA_MATMUL_MAX_BATCH;
@@ -270,6 +366,40 @@ static int mm(struct m40_cuda_fwd *f, const struct m40_cuda_matrix *w, const flo
                                     f->stream);
         }
         return r;
+}
+
+/* mm3 - y[i] (n, w[i].n_out) = x (n, n_in) W[i]^T for the nw (2 or 3) matrices of w that
+ * multiply the same x (q, k, v; gate, up): one launch of the matrix-vector kernel for all
+ * of them when the step is small (batch-1 decode reads q, k and v in one pass: k and v
+ * alone are too small to fill the GPU) and they share type and row layout, else mm()
+ * each. */
+static int mm3(struct m40_cuda_fwd *f, const struct m40_cuda_matrix *w, uint32_t nw, const float *x,
+               size_t ldx, float *const *y, const size_t *ldy, uint32_t n)
+{
+        bool same = n <= M40_CUDA_MATVEC_MAX_BATCH;
+        int r = 0;
+
+        for (uint32_t i = 1; i < nw; i++)
+                same = same && w[i].type == w[0].type && w[i].n_in == w[0].n_in &&
+                       w[i].row_bytes == w[0].row_bytes;
+        if (same)
+                return m40_cuda_matmul_n(w, nw, x, ldx, y, ldy, n, f->stream);
+        for (uint32_t i = 0; i < nw && !r; i++)
+                r = mm(f, &w[i], x, ldx, y[i], ldy[i], n);
+        return r;
+}
+
+/* mm_add - the residual stream f->x (n, dim) += x (n, w->n_in) W^T: in the matrix-vector
+ * kernel's epilogue for small steps, else through f->tmp and an add. */
+static int mm_add(struct m40_cuda_fwd *f, const struct m40_cuda_matrix *w, const float *x,
+                  size_t ldx, uint32_t n)
+{
+        int r;
+
+        if (n <= M40_CUDA_MATVEC_MAX_BATCH)
+                return m40_cuda_matvec_add(w, x, ldx, f->x, f->ld_dim, n, f->stream);
+        r = mm(f, w, x, ldx, f->tmp, f->ld_dim, n);
+        return r ? r : m40_cuda_add(f->x, f->tmp, f->ld_dim, f->m->dim, n, f->stream);
 }
 
 static int layer(struct m40_cuda_fwd *f, const struct dlayer *l, const struct m40_cuda_kv *kv,
@@ -283,9 +413,10 @@ static int layer(struct m40_cuda_fwd *f, const struct dlayer *l, const struct m4
 
         r = m40_cuda_rmsnorm(f->x, f->ld_dim, NULL, l->attn_norm, m->dim, m->rms_eps, T, f->xn,
                              f->ld_dim, s);
-        r = r ? r : mm(f, &l->wq, f->xn, f->ld_dim, f->q, f->ld_q, T);
-        r = r ? r : mm(f, &l->wk, f->xn, f->ld_dim, f->k, f->ld_kv, T);
-        r = r ? r : mm(f, &l->wv, f->xn, f->ld_dim, f->v, f->ld_kv, T);
+        r = r ? r
+              : mm3(f, (const struct m40_cuda_matrix[]){l->wq, l->wk, l->wv}, 3, f->xn, f->ld_dim,
+                    (float *const[]){f->q, f->k, f->v},
+                    (const size_t[]){f->ld_q, f->ld_kv, f->ld_kv}, T);
         if (!r && l->bq) {
                 r = m40_cuda_bias(f->q, l->bq, f->ld_q, m->q_dim, T, s);
                 r = r ? r : m40_cuda_bias(f->k, l->bk, f->ld_kv, m->kv_dim, T, s);
@@ -296,17 +427,16 @@ static int layer(struct m40_cuda_fwd *f, const struct dlayer *l, const struct m4
                                     m->n_kv_heads, m->head_dim, T, s);
         r = r ? r
               : m40_cuda_attention(kv, f->q, f->ld_q, f->att, f->ld_q, m->n_heads, m->n_kv_heads,
-                                   m->head_dim, scale, T, max_pos, s);
-        r = r ? r : mm(f, &l->wo, f->att, f->ld_q, f->tmp, f->ld_dim, T);
-        r = r ? r : m40_cuda_add(f->x, f->tmp, f->ld_dim, m->dim, T, s);
+                                   m->head_dim, scale, T, max_pos, f->attn_ws, f->attn_ws_bytes, s);
+        r = r ? r : mm_add(f, &l->wo, f->att, f->ld_q, T);
         r = r ? r
               : m40_cuda_rmsnorm(f->x, f->ld_dim, NULL, l->ffn_norm, m->dim, m->rms_eps, T, f->xn,
                                  f->ld_dim, s);
-        r = r ? r : mm(f, &l->gate, f->xn, f->ld_dim, f->gate, f->ld_ff, T);
-        r = r ? r : mm(f, &l->up, f->xn, f->ld_dim, f->up, f->ld_ff, T);
+        r = r ? r
+              : mm3(f, (const struct m40_cuda_matrix[]){l->gate, l->up}, 2, f->xn, f->ld_dim,
+                    (float *const[]){f->gate, f->up}, (const size_t[]){f->ld_ff, f->ld_ff}, T);
         r = r ? r : m40_cuda_swiglu(f->gate, f->up, f->ld_ff, m->n_ff, T, s);
-        r = r ? r : mm(f, &l->down, f->gate, f->ld_ff, f->tmp, f->ld_dim, T);
-        r = r ? r : m40_cuda_add(f->x, f->tmp, f->ld_dim, m->dim, T, s);
+        r = r ? r : mm_add(f, &l->down, f->gate, f->ld_ff, T);
         return r;
 }
 
@@ -344,8 +474,10 @@ static int64_t pack(struct m40_cuda_fwd *f, const struct m40_fwd_tok *toks, uint
         return max_pos;
 }
 
-int m40_cuda_fwd_run(struct m40_cuda_fwd *f, const struct m40_fwd_tok *toks, uint32_t n,
-                     uint32_t n_rows, float *logits, int32_t *argmax)
+/* forward - the step's kernels on f->stream for n tokens (their data in meta_d), positions
+ * at most max_pos: embedding, the layers, and for n_rows rows the final norm and the
+ * logits into f->logits. */
+static int forward(struct m40_cuda_fwd *f, uint32_t n, uint32_t n_rows, uint32_t max_pos)
 {
         const struct m40_model *m = f->m;
         int32_t *d_tok = f->meta_d, *d_idx = d_tok + f->max_tokens, *d_arg = d_idx + f->max_rows;
@@ -360,10 +492,83 @@ int m40_cuda_fwd_run(struct m40_cuda_fwd *f, const struct m40_fwd_tok *toks, uin
                 .tbl = d_tbl,
                 .pages = d_tbl + f->max_tokens,
         };
+        int r;
+
+        r = m40_cuda_embed(f->tok_embd.data, f->tok_embd.type, f->tok_embd.row_bytes, m->dim, d_tok,
+                           n, f->x, f->ld_dim, f->stream);
+        for (uint32_t i = 0; i < m->n_layers && !r; i++) {
+                kv.layer = i;
+                r = layer(f, &f->layers[i], &kv, n, max_pos);
+        }
+        if (!r && n_rows) {
+                r = m40_cuda_rmsnorm(f->x, f->ld_dim, d_idx, f->output_norm, m->dim, m->rms_eps,
+                                     n_rows, f->xn, f->ld_dim, f->stream);
+                r = r ? r : mm(f, &f->output, f->xn, f->ld_dim, f->logits, m->n_vocab, n_rows);
+        }
+        return r;
+}
+
+/* run_graph - forward() as a CUDA graph: captured the first time a shape (n, n_rows, the
+ * attention bound max_pos rounded up to FWD_GRAPH_POS) is seen, replayed after that; every
+ * kernel reads the step's tokens, positions and block tables from meta_d, so a replay
+ * computes the current step. When capturing fails, graphs are turned off and the step
+ * runs directly. */
+static int run_graph(struct m40_cuda_fwd *f, uint32_t n, uint32_t n_rows, uint32_t max_pos)
+{
+        uint32_t bound = (max_pos / FWD_GRAPH_POS + 1) * FWD_GRAPH_POS - 1;
+        struct fwd_graph g = {0};
+        cudaGraph_t graph = NULL;
+        uint32_t i;
+        int r;
+
+        if (bound > f->max_ctx - 1)
+                bound = f->max_ctx - 1;
+        for (i = 0; i < f->n_graphs; i++)
+                if (f->graphs[i].n == n && f->graphs[i].n_rows == n_rows &&
+                    f->graphs[i].bound == bound)
+                        break;
+        if (i < f->n_graphs) {
+                g = f->graphs[i];
+        } else {
+                if (cudaStreamBeginCapture(f->stream, cudaStreamCaptureModeThreadLocal) !=
+                    cudaSuccess) {
+                        (void)cudaGetLastError();
+                        f->no_graphs = true;
+                        return forward(f, n, n_rows, max_pos);
+                }
+                r = forward(f, n, n_rows, bound);
+                if (cudaStreamEndCapture(f->stream, &graph) != cudaSuccess || r ||
+                    cudaGraphInstantiate(&g.exec, graph, 0) != cudaSuccess) {
+                        (void)cudaGetLastError();
+                        if (graph)
+                                cudaGraphDestroy(graph);
+                        f->no_graphs = true;
+                        return forward(f, n, n_rows, max_pos);
+                }
+                cudaGraphDestroy(graph);
+                g.n = n;
+                g.n_rows = n_rows;
+                g.bound = bound;
+                if (f->n_graphs == FWD_GRAPHS) /* the least recently used goes */
+                        cudaGraphExecDestroy(f->graphs[--f->n_graphs].exec);
+                i = f->n_graphs++;
+        }
+        memmove(&f->graphs[1], &f->graphs[0], i * sizeof(f->graphs[0]));
+        f->graphs[0] = g;
+        if (cudaGraphLaunch(g.exec, f->stream) != cudaSuccess)
+                return m40_cuda_launch_status("step graph");
+        return 0;
+}
+
+int m40_cuda_fwd_run(struct m40_cuda_fwd *f, const struct m40_fwd_tok *toks, uint32_t n,
+                     uint32_t n_rows, float *logits, int32_t *argmax)
+{
+        const struct m40_model *m = f->m;
+        int32_t *d_arg = (int32_t *)f->meta_d + f->max_tokens + f->max_rows;
         int64_t max_pos;
         int r;
 
-        if (n > f->max_tokens || n_rows > f->max_rows || (n_rows && !logits && !argmax))
+        if (n > f->max_tokens || n_rows > f->max_rows)
                 return -EINVAL;
         if (!n)
                 return 0;
@@ -373,22 +578,17 @@ int m40_cuda_fwd_run(struct m40_cuda_fwd *f, const struct m40_fwd_tok *toks, uin
         if (cudaMemcpyAsync(f->meta_d, f->meta_h, f->meta_bytes, cudaMemcpyHostToDevice,
                             f->stream) != cudaSuccess)
                 return m40_cuda_launch_status("step upload");
-        r = m40_cuda_embed(f->tok_embd.data, f->tok_embd.type, f->tok_embd.row_bytes, m->dim, d_tok,
-                           n, f->x, f->ld_dim, f->stream);
-        for (uint32_t i = 0; i < m->n_layers && !r; i++) {
-                kv.layer = i;
-                r = layer(f, &f->layers[i], &kv, n, (uint32_t)max_pos);
-        }
+        if (n < FWD_GRAPH_MAX_TOKENS && (n < GEMM_MIN_TOKENS || !f->gemm) && !f->no_graphs)
+                r = run_graph(f, n, n_rows, (uint32_t)max_pos);
+        else
+                r = forward(f, n, n_rows, (uint32_t)max_pos);
         if (!r && n_rows) {
-                r = m40_cuda_rmsnorm(f->x, f->ld_dim, d_idx, f->output_norm, m->dim, m->rms_eps,
-                                     n_rows, f->xn, f->ld_dim, f->stream);
-                r = r ? r : mm(f, &f->output, f->xn, f->ld_dim, f->logits, m->n_vocab, n_rows);
                 if (!r && logits) {
                         if (cudaMemcpyAsync(logits, f->logits,
                                             (size_t)n_rows * m->n_vocab * sizeof(float),
                                             cudaMemcpyDeviceToHost, f->stream) != cudaSuccess)
                                 r = m40_cuda_launch_status("logits download");
-                } else if (!r) {
+                } else if (!r && argmax) {
                         r = m40_cuda_argmax(f->logits, m->n_vocab, m->n_vocab, n_rows, d_arg,
                                             f->stream);
                         if (!r && cudaMemcpyAsync(argmax, d_arg, n_rows * sizeof(int32_t),
@@ -396,7 +596,24 @@ int m40_cuda_fwd_run(struct m40_cuda_fwd *f, const struct m40_fwd_tok *toks, uin
                                 r = m40_cuda_launch_status("argmax download");
                 }
         }
+        if (!r && n_rows && !logits && !argmax)
+                return 0; /* the logits stay on the device; the caller synchronizes */
         if (cudaStreamSynchronize(f->stream) != cudaSuccess && !r)
                 r = m40_cuda_launch_status("step");
         return r;
+}
+
+struct m40_cuda_alloc *m40_cuda_fwd_alloc(struct m40_cuda_fwd *f)
+{
+        return f->a;
+}
+
+struct CUstream_st *m40_cuda_fwd_stream(struct m40_cuda_fwd *f)
+{
+        return f->stream;
+}
+
+float *m40_cuda_fwd_logits(struct m40_cuda_fwd *f)
+{
+        return f->logits;
 }

@@ -4,7 +4,8 @@
  * Computes, for n_tok rows of activations (row-major, ld floats apart):
  *   k_embed    y[t] = dequant(table row tokens[t])       grid n_tok, 128 threads; exact
  *                                                         (quant.cuh deq8 is exact)
- *   k_rmsnorm  y[r] = x[idx[r]] / sqrt(mean(x^2) + eps) * w  grid n_rows, 256 threads;
+ *   k_rmsnorm  y[r] = x[idx[r]] / sqrt(mean(x^2) + eps) * w  grid n_rows, 128 to 1024
+ *              threads (about 4 elements each);
  *              the sum of squares in double as the CPU; tolerance a few float ulps
  *   k_add, k_bias, k_swiglu  element-wise, grid-stride, 256 threads; add/bias exact,
  *              swiglu within the ulps of expf
@@ -97,12 +98,14 @@ __global__ void k_rmsnorm(const float *__restrict__ x, size_t ldx, const int32_t
         float *yr = y + (size_t)blockIdx.x * ldy;
         double s = 0.0;
 
+#pragma unroll 4
         for (int i = threadIdx.x; i < n; i += blockDim.x)
                 s += (double)(xr[i] * xr[i]);
         s = block_sum(s, sh);
         const float mean = (float)(s / (double)n);
         const float scale = 1.0f / sqrtf(mean + eps);
 
+#pragma unroll 4
         for (int i = threadIdx.x; i < n; i += blockDim.x) {
                 float v = xr[i] * scale;
 
@@ -118,7 +121,11 @@ extern "C" int m40_cuda_rmsnorm(const float *x, size_t ldx, const int32_t *idx, 
                 return -EINVAL;
         if (!n_rows)
                 return 0;
-        k_rmsnorm<<<n_rows, 256, 0, stream>>>(x, ldx, idx, w, (int)n, eps, y, ldy);
+        /* about 4 elements per thread: a row is a chain of dependent loads per thread,
+         * and decode has one row per token (one block on the whole GPU) */
+        const unsigned threads = n >= 4096 ? 1024 : n <= 512 ? 128 : ((n / 4 + 31) & ~31u);
+
+        k_rmsnorm<<<n_rows, threads, 0, stream>>>(x, ldx, idx, w, (int)n, eps, y, ldy);
         return m40_cuda_launch_status("rmsnorm");
 }
 

@@ -4,10 +4,11 @@
  * staging buffers while cudaMemcpyAsync uploads the chunk read before, and placing a
  * GGUF file's whole tensor-data section in the weights pool. Reads go through io_uring
  * (liburing) with registered buffers and O_DIRECT where the kernel and file system
- * allow; where io_uring is unavailable (not built in, or refused, e.g. by a seccomp
- * filter) the loader falls back to pread(2) and says so once through the note
- * callback. Progress (bytes, MB/s) goes to a callback after every chunk; m40d turns it
- * into sd_notify STATUS=, m40ctl into a progress bar.
+ * allow, except that AUTO reads a file that is mostly in the page cache already (a warm
+ * restart) with pread through the cache, which is faster than the disk; where io_uring is
+ * unavailable (not built in, or refused, e.g. by a seccomp filter) the loader falls back to
+ * pread(2) and says so once through the note callback. Progress (bytes, MB/s) goes to a callback
+ * after every chunk; m40d turns it into sd_notify STATUS=, m40ctl into a progress bar.
  *
  * The device copy of the data section is byte-identical to the file, so a tensor's
  * device address is the section's base plus its offset in the file

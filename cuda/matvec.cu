@@ -99,6 +99,7 @@ static int check(const struct m40_cuda_matrix *w, const float *x, size_t ldx, fl
         a->ldy = (int)ldy;
         a->nb = (int)batch;
         a->vec = w->row_bytes % 16 == 0;
+        a->add = false;
         return 0;
 }
 
@@ -115,18 +116,20 @@ static int sm_count(void)
         return sms;
 }
 
-static int launch(const struct mv_args *a, uint32_t type, int tiled, cudaStream_t stream)
+static int launch(const struct mv_args *a, int n, uint32_t type, int tiled, cudaStream_t stream)
 {
         const int sms = sm_count();
-        int r;
+        int rows = 0, r;
 
-        if (a->n_out == 0)
+        for (int i = 0; i < n; i++)
+                rows += a[i].n_out;
+        if (rows == 0)
                 return 0;
-        r = m40_mv_launch_f(type, a, tiled, sms, stream);
+        r = m40_mv_launch_f(type, a, n, tiled, sms, stream);
         if (r == -ENOTSUP)
-                r = m40_mv_launch_q(type, a, tiled, sms, stream);
+                r = m40_mv_launch_q(type, a, n, tiled, sms, stream);
         if (r == -ENOTSUP)
-                r = m40_mv_launch_k(type, a, tiled, sms, stream);
+                r = m40_mv_launch_k(type, a, n, tiled, sms, stream);
         return r == -ENOTSUP ? M40_EUNSUPPORTED : r;
 }
 
@@ -136,7 +139,7 @@ extern "C" int m40_cuda_matvec(const struct m40_cuda_matrix *w, const float *x, 
         struct mv_args a;
         int r = check(w, x, ldx, y, ldy, batch, M40_CUDA_MATVEC_MAX_BATCH, &a);
 
-        return r < 0 ? r : launch(&a, w->type, 0, stream);
+        return r < 0 ? r : launch(&a, 1, w->type, 0, stream);
 }
 
 extern "C" int m40_cuda_matmul_tiled(const struct m40_cuda_matrix *w, const float *x, size_t ldx,
@@ -146,7 +149,7 @@ extern "C" int m40_cuda_matmul_tiled(const struct m40_cuda_matrix *w, const floa
         struct mv_args a;
         int r = check(w, x, ldx, y, ldy, batch, M40_CUDA_MATMUL_MAX_BATCH, &a);
 
-        return r < 0 ? r : launch(&a, w->type, 1, stream);
+        return r < 0 ? r : launch(&a, 1, w->type, 1, stream);
 }
 
 extern "C" int m40_cuda_matmul(const struct m40_cuda_matrix *w, const float *x, size_t ldx,
@@ -155,4 +158,47 @@ extern "C" int m40_cuda_matmul(const struct m40_cuda_matrix *w, const float *x, 
         if (batch <= M40_CUDA_MATVEC_MAX_BATCH)
                 return m40_cuda_matvec(w, x, ldx, y, ldy, batch, stream);
         return m40_cuda_matmul_tiled(w, x, ldx, y, ldy, batch, stream);
+}
+
+extern "C" int m40_cuda_matmul_n(const struct m40_cuda_matrix *w, uint32_t n, const float *x,
+                                 size_t ldx, float *const *y, const size_t *ldy, uint32_t batch,
+                                 struct CUstream_st *stream)
+{
+        struct mv_args a[MV_MAX_MATS];
+        uintptr_t yb[MV_MAX_MATS], ye[MV_MAX_MATS];
+        int r;
+
+        if (!w || !y || !ldy || n < 1 || n > M40_CUDA_MATMUL_MAX_MATS)
+                return -EINVAL;
+        for (uint32_t i = 0; i < n; i++) {
+                r = check(&w[i], x, ldx, y[i], ldy[i], batch, M40_CUDA_MATMUL_MAX_BATCH, &a[i]);
+                if (r < 0)
+                        return r;
+                if (w[i].type != w[0].type || w[i].n_in != w[0].n_in ||
+                    w[i].row_bytes != w[0].row_bytes)
+                        return -EINVAL;
+                yb[i] = (uintptr_t)y[i];
+                ye[i] = yb[i] + (uintptr_t)batch * ldy[i] * sizeof(float);
+                for (uint32_t j = 0; j < i; j++)
+                        if (yb[i] < ye[j] && yb[j] < ye[i])
+                                return -EINVAL;
+        }
+        if (batch <= M40_CUDA_MATVEC_MAX_BATCH)
+                return launch(a, (int)n, w[0].type, 0, stream);
+        for (uint32_t i = 0; i < n; i++) {
+                r = launch(&a[i], 1, w[0].type, 1, stream);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+extern "C" int m40_cuda_matvec_add(const struct m40_cuda_matrix *w, const float *x, size_t ldx,
+                                   float *y, size_t ldy, uint32_t batch, struct CUstream_st *stream)
+{
+        struct mv_args a;
+        int r = check(w, x, ldx, y, ldy, batch, M40_CUDA_MATVEC_MAX_BATCH, &a);
+
+        a.add = true;
+        return r < 0 ? r : launch(&a, 1, w->type, 0, stream);
 }

@@ -55,7 +55,22 @@ struct mv_args {
         int ldy;
         int nb;
         bool vec; /* rows and x are 16-byte aligned (float types: whole-piece loads) */
+        bool add; /* k_matvec: y += x W^T (all matrices of the call) */
 };
+
+/* k_matvec's matrices: 1 to MV_MAX_MATS weight matrices of one type, n_in and row_bytes
+ * that multiply the same x in one launch (q, k, v; gate, up), each with its own output.
+ * Row groups (R rows) are numbered across them: matrix i has groups [g_end[i - 1],
+ * g_end[i]). Passed by value. */
+#define MV_MAX_MATS 3
+struct mv_mats {
+        const uint8_t *w[MV_MAX_MATS];
+        float *y[MV_MAX_MATS];
+        int n_out[MV_MAX_MATS], ldy[MV_MAX_MATS], g_end[MV_MAX_MATS];
+        int add; /* y += result (a residual connection) instead of y = result */
+};
+static_assert(MV_MAX_MATS == M40_CUDA_MATMUL_MAX_MATS && MV_MAX_MATS == 3,
+              "k_matvec selects among 3 matrices");
 
 /* Activations x[off .. off + 3] of one column; past n_in (float types' last piece)
  * they read as 0 and are not loaded. */
@@ -179,16 +194,27 @@ template <int N> static __device__ __forceinline__ void warp_sum(float *v)
 
 template <int T, int NB, int R, bool VEC>
 static __global__ void __launch_bounds__(MV_THREADS, 2)
-        k_matvec(const uint8_t *__restrict__ w, size_t row_bytes, int n_out, int n_in,
-                 const float *__restrict__ x, int ldx, int nb, float *__restrict__ y, int ldy,
-                 int split_log2)
+        k_matvec(const struct mv_mats mm, size_t row_bytes, int n_in, const float *__restrict__ x,
+                 int ldx, int nb, int split_log2)
 {
         __shared__ float part[MV_WARPS][R * NB];
         const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
         const int item = blockIdx.x * MV_WARPS + warp;
         const int split = item & ((1 << split_log2) - 1);
-        const int row0 = (item >> split_log2) * R;
+        const int g = item >> split_log2;
+        /* which matrix (unused ends repeat the last); selects, not indexing, keep mm in
+         * parameter space */
+        const int m = g < mm.g_end[0] ? 0 : g < mm.g_end[1] ? 1 : 2;
+        const int g0 = m == 0 ? 0 : m == 1 ? mm.g_end[0] : mm.g_end[1];
+        const int row0 = (g - g0) * R;
+        const int n_out = g >= mm.g_end[2] ? 0
+                          : m == 0         ? mm.n_out[0]
+                          : m == 1         ? mm.n_out[1]
+                                           : mm.n_out[2];
         const int nrows = n_out - row0 < R ? n_out - row0 : R;
+        const uint8_t *__restrict__ w = m == 0 ? mm.w[0] : m == 1 ? mm.w[1] : mm.w[2];
+        float *__restrict__ y = m == 0 ? mm.y[0] : m == 1 ? mm.y[1] : mm.y[2];
+        const int ldy = m == 0 ? mm.ldy[0] : m == 1 ? mm.ldy[1] : mm.ldy[2];
         const int np = qt<T>::pieces(n_in), steps = (np + 31) >> 5;
         const int p0 = 32 * ((steps * split) >> split_log2);
         const int p1 = 32 * ((steps * (split + 1)) >> split_log2);
@@ -210,7 +236,9 @@ static __global__ void __launch_bounds__(MV_THREADS, 2)
 #pragma unroll
                         for (int c = 0; c < NB; c++)
                                 if (lane == r * NB + c && r < nrows && c < nb)
-                                        y[(size_t)c * ldy + row0 + r] = acc[r][c];
+                                        y[(size_t)c * ldy + row0 + r] =
+                                                mm.add ? y[(size_t)c * ldy + row0 + r] + acc[r][c]
+                                                       : acc[r][c];
                 return;
         }
         if (lane == 0)
@@ -226,7 +254,8 @@ static __global__ void __launch_bounds__(MV_THREADS, 2)
 
                         for (int k = 0; k < (1 << split_log2); k++)
                                 sum += part[warp + k][lane];
-                        y[(size_t)c * ldy + row0 + r] = sum;
+                        y[(size_t)c * ldy + row0 + r] =
+                                mm.add ? y[(size_t)c * ldy + row0 + r] + sum : sum;
                 }
         }
 }
@@ -314,25 +343,44 @@ static __global__ void __launch_bounds__(MM_THREADS)
 }
 
 /* Warps per row group for k_matvec (log2): split rows over warps until the grid has
- * about 16 warps per SM. */
-static inline int mv_split_log2(int groups, int sms)
+ * about wps warps per SM. More, shorter warps fill the last waves of mid-sized matrices
+ * better (H100, batch 1, 4096x14336: F16 0.81 -> 0.89 of copy bandwidth at 32, Q8_0
+ * 0.55 -> 0.65); the K types, whose pieces are 4x longer, measured best at 16. */
+static inline int mv_split_log2(int groups, int sms, int wps)
 {
         int s = 0;
 
-        while (s < 3 && (long)groups << s < 16L * sms)
+        while (s < 3 && (long)groups << s < (long)wps * sms)
                 s++;
         return s;
 }
 
+/* k_matvec over the n (1..MV_MAX_MATS) matrices of a[] (same type, n_in, row_bytes, x,
+ * batch). */
 template <int T, int NB, int R, bool VEC>
-static int launch_mv(const struct mv_args *a, int sms, cudaStream_t stream)
+static int launch_mv(const struct mv_args *a, int n, int sms, cudaStream_t stream)
 {
-        const int groups = (a->n_out + R - 1) / R, sl = mv_split_log2(groups, sms);
+        struct mv_mats mm;
+        int groups = 0;
+
+        for (int i = 0; i < MV_MAX_MATS; i++) {
+                const struct mv_args *b = &a[i < n ? i : n - 1];
+
+                if (i < n)
+                        groups += (b->n_out + R - 1) / R;
+                mm.w[i] = b->w;
+                mm.y[i] = b->y;
+                mm.n_out[i] = b->n_out;
+                mm.ldy[i] = b->ldy;
+                mm.g_end[i] = groups;
+        }
+        mm.add = a->add;
+        const int sl = mv_split_log2(groups, sms, qt<T>::EPP == 32 ? 16 : 32);
         const long items = (long)groups << sl;
         const unsigned blocks = (unsigned)((items + MV_WARPS - 1) / MV_WARPS);
 
-        k_matvec<T, NB, R, VEC><<<blocks, MV_THREADS, 0, stream>>>(
-                a->w, a->row_bytes, a->n_out, a->n_in, a->x, a->ldx, a->nb, a->y, a->ldy, sl);
+        k_matvec<T, NB, R, VEC><<<blocks, MV_THREADS, 0, stream>>>(mm, a->row_bytes, a->n_in, a->x,
+                                                                   a->ldx, a->nb, sl);
         return m40_cuda_launch_status("k_matvec");
 }
 
@@ -348,23 +396,25 @@ template <int T, int NB> struct mv_rows {
 };
 
 template <int T, bool VEC>
-static int launch_matvec_t(const struct mv_args *a, int sms, cudaStream_t stream)
+static int launch_matvec_t(const struct mv_args *a, int n, int sms, cudaStream_t stream)
 {
         if (a->nb == 1)
-                return launch_mv<T, 1, mv_rows<T, 1>::R, VEC>(a, sms, stream);
+                return launch_mv<T, 1, mv_rows<T, 1>::R, VEC>(a, n, sms, stream);
         if (a->nb == 2)
-                return launch_mv<T, 2, mv_rows<T, 2>::R, VEC>(a, sms, stream);
+                return launch_mv<T, 2, mv_rows<T, 2>::R, VEC>(a, n, sms, stream);
         if (a->nb <= 4)
-                return launch_mv<T, 4, mv_rows<T, 4>::R, VEC>(a, sms, stream);
-        return launch_mv<T, 8, mv_rows<T, 8>::R, VEC>(a, sms, stream);
+                return launch_mv<T, 4, mv_rows<T, 4>::R, VEC>(a, n, sms, stream);
+        return launch_mv<T, 8, mv_rows<T, 8>::R, VEC>(a, n, sms, stream);
 }
 
-/* k_matvec for type T: the float types pick whole-vector loads when rows allow. */
-template <int T> static int launch_matvec(const struct mv_args *a, int sms, cudaStream_t stream)
+/* k_matvec for type T over a[0 .. n): the float types pick whole-vector loads when rows
+ * allow (a[0].vec covers all n: same row_bytes, and their data 16-byte aligned). */
+template <int T>
+static int launch_matvec(const struct mv_args *a, int n, int sms, cudaStream_t stream)
 {
         if (qt<T>::TAIL && !a->vec) /* block types instantiate VEC = true only */
-                return launch_matvec_t<T, !qt<T>::TAIL>(a, sms, stream);
-        return launch_matvec_t<T, true>(a, sms, stream);
+                return launch_matvec_t<T, !qt<T>::TAIL>(a, n, sms, stream);
+        return launch_matvec_t<T, true>(a, n, sms, stream);
 }
 
 template <int T, int TM, int TN> static int launch_mm(const struct mv_args *a, cudaStream_t stream)
@@ -397,18 +447,19 @@ template <int T> static int launch_matmul(const struct mv_args *a, int sms, cuda
 }
 
 /* The per-family entry points (matvec_f.cu, matvec_q.cu, matvec_k.cu): launch the
- * matrix-vector (tiled = 0) or tiled (1) kernel for a type of the family; -ENOTSUP
- * for a type of another family. */
-int m40_mv_launch_f(uint32_t type, const struct mv_args *a, int tiled, int sms,
+ * matrix-vector kernel over a[0 .. n) (tiled = 0), or the tiled kernel (1) for a[0]
+ * (n = 1), for a type of the family; -ENOTSUP for a type of another family. */
+int m40_mv_launch_f(uint32_t type, const struct mv_args *a, int n, int tiled, int sms,
                     cudaStream_t stream);
-int m40_mv_launch_q(uint32_t type, const struct mv_args *a, int tiled, int sms,
+int m40_mv_launch_q(uint32_t type, const struct mv_args *a, int n, int tiled, int sms,
                     cudaStream_t stream);
-int m40_mv_launch_k(uint32_t type, const struct mv_args *a, int tiled, int sms,
+int m40_mv_launch_k(uint32_t type, const struct mv_args *a, int n, int tiled, int sms,
                     cudaStream_t stream);
 
 /* One family file's body: FAMILY is its entry point, the types are its cases. */
 #define M40_MV_CASE(T)                                                                             \
         case T:                                                                                    \
-                return tiled ? launch_matmul<T>(a, sms, stream) : launch_matvec<T>(a, sms, stream);
+                return tiled ? launch_matmul<T>(a, sms, stream)                                    \
+                             : launch_matvec<T>(a, n, sms, stream);
 
 #endif

@@ -55,10 +55,27 @@ struct m40_cuda_matrix {
 int m40_cuda_matmul(const struct m40_cuda_matrix *w, const float *x, size_t ldx, float *y,
                     size_t ldy, uint32_t batch, struct CUstream_st *stream);
 
+/* m40_cuda_matmul_n - y[i] = x * w[i]^T for the n (1..M40_CUDA_MATMUL_MAX_MATS)
+ * matrices of w, which share type, n_in and row_bytes (a layer's q, k and v; gate and
+ * up), batch 1..64: up to M40_CUDA_MATVEC_MAX_BATCH columns in one launch of the
+ * matrix-vector kernel (fewer launches, and small matrices like k and v fill the GPU
+ * together), above it one tiled launch per matrix. Each y[i] (ldy[i]) is as for
+ * m40_cuda_matmul(); outputs must not overlap each other or x. -EINVAL also when the
+ * matrices differ in type, n_in or row_bytes. */
+#define M40_CUDA_MATMUL_MAX_MATS 3
+int m40_cuda_matmul_n(const struct m40_cuda_matrix *w, uint32_t n, const float *x, size_t ldx,
+                      float *const *y, const size_t *ldy, uint32_t batch,
+                      struct CUstream_st *stream);
+
 /* m40_cuda_matvec - the matrix-vector kernel (k_matvec: weights streamed once, rows
  * per warp), batch 1..M40_CUDA_MATVEC_MAX_BATCH. */
 int m40_cuda_matvec(const struct m40_cuda_matrix *w, const float *x, size_t ldx, float *y,
                     size_t ldy, uint32_t batch, struct CUstream_st *stream);
+
+/* m40_cuda_matvec_add - as m40_cuda_matvec(), but adds the product to y (y += x W^T: a
+ * residual connection without a separate add; the same sums, then one FP32 add). */
+int m40_cuda_matvec_add(const struct m40_cuda_matrix *w, const float *x, size_t ldx, float *y,
+                        size_t ldy, uint32_t batch, struct CUstream_st *stream);
 
 /* m40_cuda_matmul_tiled - the tiled kernel (k_matmul: 64-row tiles dequantized into
  * shared memory), batch 1..M40_CUDA_MATMUL_MAX_BATCH. */

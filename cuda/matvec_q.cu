@@ -5,7 +5,8 @@
 
 #include "cuda/matvec.cuh"
 
-int m40_mv_launch_q(uint32_t type, const struct mv_args *a, int tiled, int sms, cudaStream_t stream)
+int m40_mv_launch_q(uint32_t type, const struct mv_args *a, int n, int tiled, int sms,
+                    cudaStream_t stream)
 {
         switch (type) {
                 M40_MV_CASE(M40_GGML_Q8_0)

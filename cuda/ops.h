@@ -81,12 +81,28 @@ int m40_cuda_rope_store(const struct m40_cuda_rope *r, const struct m40_cuda_kv 
 
 /* m40_cuda_attention - for every token t and query head h: out[t][h*hd..] =
  * softmax(q . K^T * scale) V over positions 0..pos[t] of kv head h / (n_heads /
- * n_kv_heads), as m40_cpu_attention_head() with float weights. max_pos bounds every
- * pos[t] (shared memory holds max_pos + 1 scores: max_pos < M40_CUDA_ATTN_MAX_CTX). */
-#define M40_CUDA_ATTN_MAX_CTX 8192
+ * n_kv_heads), as m40_cpu_attention_head() with float weights (tolerance in attention.cu).
+ * max_pos bounds every pos[t] and is at most M40_CUDA_ATTN_MAX_POS; n_tok <= 65535; out
+ * does not overlap q. Long contexts are split over several blocks (flash-decoding); their
+ * partial results go to the workspace ws (ws_bytes, 256-byte aligned), at least
+ * m40_cuda_attention_workspace(n_tok, n_heads, max_pos, head_dim) bytes (ws may be NULL
+ * when that is 0). The workspace begins with M40_CUDA_ATTN_WS_COUNTERS bytes of
+ * counters that must be zero before the first call (cudaMemset) and that every call
+ * leaves zero; the rest is written before it is read. Calls of any shape may share one
+ * workspace, one call at a time (stream order). -EINVAL for a workspace too small for
+ * this call. */
+#define M40_CUDA_ATTN_MAX_POS     0x7fffffffu
+#define M40_CUDA_ATTN_WS_COUNTERS 4096
 int m40_cuda_attention(const struct m40_cuda_kv *kv, const float *q, size_t ldq, float *out,
                        size_t ldo, uint32_t n_heads, uint32_t n_kv_heads, uint32_t head_dim,
-                       float scale, uint32_t n_tok, uint32_t max_pos, struct CUstream_st *stream);
+                       float scale, uint32_t n_tok, uint32_t max_pos, void *ws, size_t ws_bytes,
+                       struct CUstream_st *stream);
+
+/* m40_cuda_attention_workspace - the workspace bytes that m40_cuda_attention() needs for
+ * any call with at most n_tok tokens, positions up to max_pos, n_heads query heads of
+ * head_dim (any n_kv_heads): 0 when no such call splits (max_pos < 128). */
+size_t m40_cuda_attention_workspace(uint32_t n_tok, uint32_t n_heads, uint32_t max_pos,
+                                    uint32_t head_dim);
 
 /* m40_cuda_argmax - ret[r] = index of the largest of x row r (n floats, ld apart), the
  * lowest index on ties (m40_sampler_argmax()), for r < n_rows. */

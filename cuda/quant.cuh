@@ -4,9 +4,10 @@
  * Computes: the same numbers as the CPU engine's m40_cpu_dequant() (daemon/engine/
  * quant.h). deq8() is exact: every quant becomes a float without rounding (f16 by
  * cvt.f32.f16, bf16 by a shift, small integers by the 2^23 trick of bytes_f4()), then
- * the scale is applied in FP32. The pieces are exact too but cheaper for the 4/5/6-bit
- * quants: one byte permute makes v = 0.5 + q * 2^S / 256 (nib_f4()), and the group's
- * scale and offset are rewritten so that d * v + m is still the weight; the GEMV then
+ * the scale and min are applied in FP32 with the CPU's roundings (mul_add_rn(): no
+ * fused multiply-add), so deq8() equals m40_cpu_dequant() bit for bit. The pieces are exact too but
+ * cheaper for the 4/5/6-bit quants: one byte permute makes v = 0.5 + q * 2^S / 256 (nib_f4()), and
+ * the group's scale and offset are rewritten so that d * v + m is still the weight; the GEMV then
  * sums v * x and x per group and applies d and m once. Tolerance: only the FP32
  * rounding of those sums, amplified (256 >> S) / 2 = 16 (4-bit), 32 (5-bit) or 64
  * (6-bit) times through the 0.5 in v: a few 1e-7 of sum |w x| over long rows, up to
@@ -177,6 +178,19 @@ M40_HD float h2f(uint32_t h)
                 return sign ? -f : f;
         }
         return as_float(sign | ((e + 112) << 23) | (m << 13));
+#endif
+}
+
+/* a * b + c with two roundings, never one fused multiply-add: what the CPU engine
+ * (built with -ffp-contract=off) computes, bit for bit. */
+M40_HD float mul_add_rn(float a, float b, float c)
+{
+#ifdef __CUDA_ARCH__
+        return __fadd_rn(__fmul_rn(a, b), c);
+#else
+        volatile float p = a * b;
+
+        return p + c;
 #endif
 }
 
@@ -477,8 +491,8 @@ template <int BBYTES, int QS, int QH, int OFF, bool HASMIN> struct qt_q32 {
                                 q |= spread4((qh >> (o + 4 * h)) & 0xF);
                         bytes_f4<OFF>(q, w + 4 * h);
                 }
-                for (int i = 0; i < 8; i++)
-                        w[i] = w[i] * d + m;
+                for (int i = 0; i < 8; i++) /* no + 0 without a min: -0 stays -0, as on the CPU */
+                        w[i] = HASMIN ? mul_add_rn(w[i], d, m) : w[i] * d;
         }
 };
 template <> struct qt<M40_GGML_Q4_0> : qt_q32<18, 2, -1, 8, false> {
@@ -569,7 +583,7 @@ template <bool Q5> struct qt_k45 {
                         bytes_f4<0>(v, w + 4 * e);
                 }
                 for (int i = 0; i < 8; i++)
-                        w[i] = w[i] * d - m;
+                        w[i] = mul_add_rn(w[i], d, -m);
         }
 };
 template <> struct qt<M40_GGML_Q4_K> : qt_k45<false> {

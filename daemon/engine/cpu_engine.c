@@ -1,10 +1,11 @@
 /* cpu_engine.c - the CPU reference engine behind the engine interface (see engine.h).
  *
  * Owns the step scheduler (decode tokens first, then prompt chunks up to
- * max_batch_tokens, all in one forward pass), the statistics counters and the resolution
- * of the limits' defaults (activation mode M40_ACT_GGML unless M40_ACT_F32 is asked for).
- * The sequence slots, admission, stop conditions and the event queue are in seqs.c, the
- * math in forward.c, the KV page accounting in kv.c, sampling in sampler.c. */
+ * max_batch_tokens, all in one forward pass; held sequences sit out), the statistics
+ * counters and the resolution of the limits' defaults (activation mode M40_ACT_GGML unless
+ * M40_ACT_F32 is asked for; vram_limit_mb does not apply). The sequence slots, admission,
+ * stop conditions and the event queue are in seqs.c, the math in forward.c, the KV page
+ * accounting in kv.c, sampling in sampler.c. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -133,7 +134,7 @@ static int cpu_step(struct m40_engine *base)
                 struct m40_seq *s = &e->seqs[i];
 
                 s->row = -1;
-                if (s->state == M40_SEQ_ACTIVE && s->n_toks - s->n_past == 1 && s->n_past)
+                if (m40_seq_runnable(s) && s->n_toks - s->n_past == 1 && s->n_past)
                         r = plan(e, s, &n, &rows);
         }
         for (;;) {
@@ -142,7 +143,7 @@ static int cpu_step(struct m40_engine *base)
                 for (uint32_t i = 0; i < e->lim.max_seqs; i++) {
                         struct m40_seq *s = &e->seqs[i];
 
-                        if (s->state == M40_SEQ_ACTIVE && s->row < 0 && s->n_toks > s->n_past &&
+                        if (m40_seq_runnable(s) && s->row < 0 && s->n_toks > s->n_past &&
                             (!best || s->order < best->order))
                                 best = s;
                 }
@@ -185,6 +186,13 @@ static int cpu_cancel(struct m40_engine *base, uint32_t id)
         struct cpu_engine *e = (struct cpu_engine *)base;
 
         return m40_seq_cancel(e->seqs, e->lim.max_seqs, e->pages, &e->evq, id);
+}
+
+static int cpu_hold(struct m40_engine *base, uint32_t id, bool hold)
+{
+        struct cpu_engine *e = (struct cpu_engine *)base;
+
+        return m40_seq_hold(e->seqs, e->lim.max_seqs, id, hold);
 }
 
 static int cpu_logits(struct m40_engine *base, uint32_t id, float *out, size_t n)
@@ -242,6 +250,7 @@ static const struct m40_engine_ops cpu_ops = {
         .step = cpu_step,
         .events = cpu_events,
         .cancel = cpu_cancel,
+        .hold = cpu_hold,
         .logits = cpu_logits,
         .stats = cpu_stats,
         .model = cpu_model,

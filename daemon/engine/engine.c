@@ -47,6 +47,11 @@ int m40_engine_cancel(struct m40_engine *e, uint32_t id)
         return e->ops->cancel(e, id);
 }
 
+int m40_engine_hold(struct m40_engine *e, uint32_t id, bool hold)
+{
+        return e->ops->hold(e, id, hold);
+}
+
 int m40_engine_logits(struct m40_engine *e, uint32_t id, float *out, size_t n)
 {
         return e->ops->logits(e, id, out, n);

@@ -4,8 +4,9 @@
  * An engine owns one loaded model, a set of sequence slots and a paged KV cache. The
  * caller admits sequences (prompt token ids, sampling parameters, stop conditions), calls
  * m40_engine_step() repeatedly (each step advances every active sequence by one token;
- * a sequence whose prompt is pending is prefilled in the same step, in chunks when long)
- * and drains events (token ids, finish reasons, usage counts). Every engine (the CPU
+ * a sequence whose prompt is pending is prefilled in the same step, in chunks when long;
+ * a sequence the caller holds, m40_engine_hold(), waits) and drains events (token ids,
+ * finish reasons, usage counts). Every engine (the CPU
  * reference, the per-op CUDA engine, the persistent kernel) implements struct
  * m40_engine_ops; callers use only the m40_engine_* functions. One thread drives an
  * engine at a time; engines do not print. */
@@ -104,6 +105,18 @@ struct m40_engine_limits {
         m40_piece_fn piece;        /* optional detokenizer for stop strings */
         void *piece_ctx;
         uint32_t act; /* enum m40_act; 0: the engine's default */
+        /* Most MiB of device memory the engine may take (weights, KV cache, scratch);
+         * 0: no cap besides the GPU's free memory. A model that does not fit fails at
+         * creation with a message saying how much it needs and how much is available.
+         * The CPU engine ignores it. */
+        uint64_t vram_limit_mb;
+        /* Load progress of engines that read the weights in a pass of their own (the CUDA
+         * engine's upload; the CPU engine maps the file and calls neither): progress after
+         * every chunk and once at the end (done == total), notes about how the load runs
+         * (e.g. a fallback to pread). Called on the creating thread; both may be NULL. */
+        void (*load_progress)(void *ctx, uint64_t done, uint64_t total, double seconds);
+        void (*load_note)(void *ctx, const char *msg);
+        void *load_ctx;
 };
 
 struct m40_engine_model {
@@ -131,6 +144,7 @@ struct m40_engine_ops {
         int (*step)(struct m40_engine *e);
         size_t (*events)(struct m40_engine *e, struct m40_event *out, size_t max);
         int (*cancel)(struct m40_engine *e, uint32_t id);
+        int (*hold)(struct m40_engine *e, uint32_t id, bool hold);
         int (*logits)(struct m40_engine *e, uint32_t id, float *out, size_t n);
         void (*stats)(struct m40_engine *e, struct m40_engine_stats *ret);
         void (*model)(struct m40_engine *e, struct m40_engine_model *ret);
@@ -152,9 +166,10 @@ struct m40_stop m40_stop_default(void);
  * max_ctx, M40_EUNSUPPORTED for stop strings without a detokenizer. */
 int m40_engine_admit(struct m40_engine *e, const struct m40_seq_params *p, uint32_t *ret_id);
 
-/* m40_engine_step - advance every active sequence by one token (prefilling pending
- * prompts first). Returns the number of sequences still active after the step (>= 0), or
- * a negative error (-ENOMEM ...), after which the engine stays usable. */
+/* m40_engine_step - advance every active sequence that is not held by one token
+ * (prefilling pending prompts first). Returns the number of sequences still active after
+ * the step, held ones included (>= 0), or a negative error (-ENOMEM ...), after which the
+ * engine stays usable. */
 int m40_engine_step(struct m40_engine *e);
 
 /* m40_engine_events - move up to max queued events, oldest first, into out; returns how
@@ -164,6 +179,16 @@ size_t m40_engine_events(struct m40_engine *e, struct m40_event *out, size_t max
 /* m40_engine_cancel - finish sequence id with M40_FINISH_CANCEL (an event follows) and
  * free its slot and KV pages. Returns 0, or -ENOENT when id is not active. */
 int m40_engine_cancel(struct m40_engine *e, uint32_t id);
+
+/* m40_engine_hold - hold (true) or release (false) the active sequence id. A held
+ * sequence takes no part in steps (no decode token, no prompt chunk) until released; it
+ * keeps its slot, its KV pages and its place among the prompts (admission order), and
+ * m40_engine_cancel() still ends it. Holding only delays: a held and released sequence
+ * produces exactly the tokens it would have produced unheld. A step in which every active
+ * sequence is held does nothing and is not counted in the stats. Holding a held sequence,
+ * or releasing one that is not held, changes nothing. Returns 0, or -ENOENT when id is not
+ * active. (The daemon holds a sequence whose client does not read its events.) */
+int m40_engine_hold(struct m40_engine *e, uint32_t id, bool hold);
 
 /* m40_engine_logits - copy the logits (n_vocab floats) that produced sequence id's last
  * token into out (n >= n_vocab). Needs keep_logits at admit; works after the sequence has

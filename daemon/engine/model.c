@@ -180,7 +180,7 @@ static int load_layer(struct m40_model *m, uint32_t i, char *err, size_t errlen)
         return e;
 }
 
-static int map_file(struct m40_model *m, const char *path, char *err, size_t errlen)
+static int map_file(struct m40_model *m, const char *path, bool populate, char *err, size_t errlen)
 {
         int fd = open(path, O_RDONLY | O_CLOEXEC);
         int e;
@@ -190,7 +190,8 @@ static int map_file(struct m40_model *m, const char *path, char *err, size_t err
                 return fail(err, errlen, e, path, strerror(-e), NULL);
         }
         m->map_size = m40_gguf_file_size(m->gguf);
-        m->map = mmap(NULL, m->map_size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+        m->map = mmap(NULL, m->map_size, PROT_READ, MAP_PRIVATE | (populate ? MAP_POPULATE : 0), fd,
+                      0);
         e = m->map == MAP_FAILED ? -errno : 0;
         close(fd);
         if (e) {
@@ -200,7 +201,7 @@ static int map_file(struct m40_model *m, const char *path, char *err, size_t err
         return 0;
 }
 
-int m40_model_load(const char *path, struct m40_model **ret, char *err, size_t errlen)
+static int load(const char *path, bool populate, struct m40_model **ret, char *err, size_t errlen)
 {
         struct m40_model *m = calloc(1, sizeof(*m));
         int e;
@@ -213,7 +214,7 @@ int m40_model_load(const char *path, struct m40_model **ret, char *err, size_t e
         e = load_hparams(m, err, errlen);
         if (e)
                 goto out_free;
-        e = map_file(m, path, err, errlen);
+        e = map_file(m, path, populate, err, errlen);
         if (e)
                 goto out_free;
         e = get_weight(m, "token_embd.weight", m->dim, m->n_vocab, &m->tok_embd, err, errlen);
@@ -244,6 +245,16 @@ int m40_model_load(const char *path, struct m40_model **ret, char *err, size_t e
 out_free:
         m40_model_free(m);
         return e;
+}
+
+int m40_model_load(const char *path, struct m40_model **ret, char *err, size_t errlen)
+{
+        return load(path, true, ret, err, errlen);
+}
+
+int m40_model_open(const char *path, struct m40_model **ret, char *err, size_t errlen)
+{
+        return load(path, false, ret, err, errlen);
 }
 
 struct m40_model *m40_model_free(struct m40_model *m)

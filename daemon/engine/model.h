@@ -54,6 +54,11 @@ struct m40_model {
  * err otherwise. */
 int m40_model_load(const char *path, struct m40_model **ret, char *err, size_t errlen);
 
+/* m40_model_open - as m40_model_load(), but the mapping is not read in up front: for an
+ * engine that uploads the weights with its own reader (the CUDA engine's loader) and
+ * touches only the small tensors through the map, so a cold file is read once. */
+int m40_model_open(const char *path, struct m40_model **ret, char *err, size_t errlen);
+
 /* m40_model_free - unmap and free; accepts NULL; returns NULL. */
 struct m40_model *m40_model_free(struct m40_model *m);
 

@@ -73,6 +73,7 @@ int m40_seq_admit(struct m40_seq *seqs, const struct m40_engine_limits *lim, uin
         s->rng = m40_sampler_seed(p->sampling.seed);
         s->keep_logits = p->keep_logits;
         s->has_logits = false;
+        s->held = false;
         s->tail_len = 0;
         s->id = (*next_id)++;
         s->order = (*next_order)++;
@@ -91,6 +92,16 @@ struct m40_seq *m40_seq_find(struct m40_seq *seqs, uint32_t n, uint32_t id, bool
                                 return s;
         }
         return NULL;
+}
+
+int m40_seq_hold(struct m40_seq *seqs, uint32_t n, uint32_t id, bool hold)
+{
+        struct m40_seq *s = m40_seq_find(seqs, n, id, true);
+
+        if (!s)
+                return -ENOENT;
+        s->held = hold;
+        return 0;
 }
 
 uint32_t m40_seq_count_active(const struct m40_seq *seqs, uint32_t n)
@@ -160,6 +171,7 @@ void m40_seq_finish(struct m40_kv_pages *pages, struct m40_seq *s)
 {
         m40_kv_table_release(pages, &s->kv);
         s->state = M40_SEQ_DONE;
+        s->held = false;
 }
 
 int m40_seq_events_push(struct m40_seq_events *q, const struct m40_seq *s, int32_t token,

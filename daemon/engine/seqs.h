@@ -30,6 +30,7 @@ struct m40_seq {
         struct m40_stop stop;
         uint64_t rng;
         bool keep_logits, has_logits;
+        bool held;                   /* m40_engine_hold(): the step planners skip it */
         float *logits;               /* (n_vocab) when keep_logits */
         char tail[M40_SEQ_TAIL_MAX]; /* recent detokenized text, for stop strings */
         size_t tail_len;
@@ -62,6 +63,17 @@ int m40_seq_admit(struct m40_seq *seqs, const struct m40_engine_limits *lim, uin
  * active_only) finished; NULL when none. */
 struct m40_seq *m40_seq_find(struct m40_seq *seqs, uint32_t n, uint32_t id, bool active_only);
 
+/* m40_seq_runnable - whether s takes part in the next step: active and not held. The
+ * engines' step planners select only such slots. */
+static inline bool m40_seq_runnable(const struct m40_seq *s)
+{
+        return s->state == M40_SEQ_ACTIVE && !s->held;
+}
+
+/* m40_seq_hold - hold (true) or release (false) the active sequence id of seqs (n of
+ * them): m40_engine_hold()'s contract. 0, or -ENOENT when no such active sequence. */
+int m40_seq_hold(struct m40_seq *seqs, uint32_t n, uint32_t id, bool hold);
+
 /* m40_seq_count_active - how many of seqs (n of them) are active. */
 uint32_t m40_seq_count_active(const struct m40_seq *seqs, uint32_t n);
 
@@ -72,8 +84,8 @@ uint32_t m40_seq_count_active(const struct m40_seq *seqs, uint32_t n);
 uint32_t m40_seq_append(struct m40_seq *s, const struct m40_engine_limits *lim, int32_t eos_id,
                         int32_t eot_id, int32_t tok);
 
-/* m40_seq_finish - end s: return its pages to pages; the slot keeps its logits until it is
- * reused. */
+/* m40_seq_finish - end s: return its pages to pages and drop any hold; the slot keeps its
+ * logits until it is reused. */
 void m40_seq_finish(struct m40_kv_pages *pages, struct m40_seq *s);
 
 /* m40_seq_events_push - queue an event of s (its id and counts) with token and finish;

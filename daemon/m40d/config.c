@@ -143,6 +143,8 @@ static int engine_key(struct parse *p, const char *key, const char *v)
                 return get_u32(p, s, key, v, 0, 1u << 20, &c->max_context);
         if (!strcmp(key, "max_batch_tokens"))
                 return get_u32(p, s, key, v, 1, 65536, &c->max_batch_tokens);
+        if (!strcmp(key, "vram_limit_mb"))
+                return get_u64(p, s, key, v, 0, 1u << 24, &c->vram_limit_mb);
         return bad(p, s, key, "unknown key");
 }
 

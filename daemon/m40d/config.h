@@ -22,6 +22,7 @@ struct m40d_config {
         uint64_t kv_memory_mib;    /* 0: enough for every slot at full context */
         uint32_t max_context;      /* 0: min(training context, 4096) */
         uint32_t max_batch_tokens; /* tokens per forward pass */
+        uint64_t vram_limit_mb;    /* CUDA engine's device memory cap in MiB; 0: none */
         /* [server] */
         char socket[108];
         char group[64]; /* "" : only root and the daemon's user */

@@ -150,12 +150,46 @@ static int new_engine(struct daemon *d, const struct m40_engine_limits *lim,
         r = m40_cpu_engine_new(d->cfg.model, lim, &d->e, err, sizeof(err));
         if (r)
                 return m40d_log_errno(r, "%s: cannot load the model: %s", d->cfg.model, err);
+        if (d->cfg.vram_limit_mb)
+                m40d_log(LOG_INFO, "[engine] vram_limit_mb = %llu: applies to the CUDA engine only",
+                         (unsigned long long)d->cfg.vram_limit_mb);
         *ret_backend = "cpu";
         return 0;
 }
 
+/* The engine's weight upload: sd_notify STATUS= a few times a second (systemctl status
+ * shows it), and one log line when it is done. */
+struct load_watch {
+        const char *model;
+        double last; /* seconds of the last STATUS */
+};
+
+static void on_load_progress(void *ctx, uint64_t done, uint64_t total, double seconds)
+{
+        struct load_watch *w = ctx;
+        const double mbs = seconds > 0.0 ? (double)done / seconds / 1e6 : 0.0;
+
+        if (done >= total) {
+                m40d_log(LOG_INFO, "%s: %.1f MiB of weights on the GPU in %.2f s (%.0f MB/s)",
+                         w->model, (double)total / 1048576.0, seconds, mbs);
+                return;
+        }
+        if (seconds - w->last < 0.25)
+                return;
+        w->last = seconds;
+        sd_notifyf(0, "STATUS=loading %s: %.0f of %.0f MiB (%.0f MB/s)", w->model,
+                   (double)done / 1048576.0, (double)total / 1048576.0, mbs);
+}
+
+static void on_load_note(void *ctx, const char *msg)
+{
+        (void)ctx;
+        m40d_log(LOG_NOTICE, "loader: %s", msg);
+}
+
 static int load_model(struct daemon *d)
 {
+        struct load_watch watch = {d->cfg.model, 0.0};
         const char *backend = "cpu";
         struct m40_engine_limits lim = {0};
         struct m40_engine_model info;
@@ -174,9 +208,13 @@ static int load_model(struct daemon *d)
         lim.max_ctx = d->cfg.max_context;
         lim.kv_bytes = d->cfg.kv_memory_mib << 20;
         lim.max_batch_tokens = d->cfg.max_batch_tokens;
+        lim.vram_limit_mb = d->cfg.vram_limit_mb;
         lim.n_threads = d->cfg.threads;
         lim.piece = piece;
         lim.piece_ctx = d->v;
+        lim.load_progress = on_load_progress;
+        lim.load_note = on_load_note;
+        lim.load_ctx = &watch;
         r = new_engine(d, &lim, &backend);
         if (r)
                 return r;

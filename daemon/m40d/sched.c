@@ -88,6 +88,21 @@ int m40_sched_client_new(struct m40_sched *s, struct m40_sched_client **ret)
         return 0;
 }
 
+/* Counts r's hold (the engine's flag is set or cleared by the caller). */
+static void count_hold(struct m40_sched *s, struct req *r, bool held)
+{
+        if (r->held == held)
+                return;
+        r->held = held;
+        if (held) {
+                s->n_held++;
+                r->cl->n_held++;
+        } else {
+                s->n_held--;
+                r->cl->n_held--;
+        }
+}
+
 /* Takes an ACTIVE request out of the engine's bookkeeping (its slot and pages). */
 static void unadmit(struct m40_sched *s, struct req *r)
 {
@@ -101,6 +116,7 @@ static void unadmit(struct m40_sched *s, struct req *r)
         r->cl->n_active--;
         s->pages_reserved -= r->pages;
         r->pages = 0;
+        count_hold(s, r, false); /* the engine's finish or cancel dropped the hold */
 }
 
 struct m40_sched_client *m40_sched_client_free(struct m40_sched *s, struct m40_sched_client *c)
@@ -272,13 +288,16 @@ static struct req *first_queued(struct m40_sched_client *c)
         return NULL;
 }
 
-/* The client to admit from next: fewest running sequences, ties in round-robin order. */
+/* The client to admit from next: fewest running sequences, ties in round-robin order. A
+ * client with a held sequence is skipped: its event ring is full, and a sequence admitted
+ * for it would only sit held in a slot that another client could use. */
 static struct m40_sched_client *pick_client(struct m40_sched *s)
 {
         struct m40_sched_client *best = NULL, *c = s->rr ? s->rr : s->clients;
 
         for (uint32_t i = 0; i < s->n_clients; i++) {
-                if (c->n_queued && !c->broken && (!best || c->n_active < best->n_active))
+                if (c->n_queued && !c->broken && !c->n_held &&
+                    (!best || c->n_active < best->n_active))
                         best = c;
                 c = c->next ? c->next : s->clients;
         }
@@ -361,12 +380,15 @@ static void on_event(struct m40_sched *s, const struct m40_event *ev, uint64_t t
         done_event(r, ev->finish, ev->n_generated);
 }
 
+/* Runs one engine step when a sequence is not held (a step of held sequences alone would
+ * do nothing), then turns the engine's events into request events: also those of
+ * sequences cancelled since the last step, held ones included. */
 static int step(struct m40_sched *s)
 {
         struct m40_event ev[64];
         size_t n;
         uint64_t t;
-        int k = m40_engine_step(s->e);
+        int k = s->n_active > s->n_held ? m40_engine_step(s->e) : 0;
 
         t = now_ns();
         while ((n = m40_engine_events(s->e, ev, 64)) > 0)
@@ -379,8 +401,13 @@ static int step(struct m40_sched *s)
         return k;
 }
 
-/* Moves undelivered events into c's ring, oldest request first; frees finished requests. */
-static bool deliver(struct m40_sched_client *c)
+/* Moves undelivered events into c's ring, oldest request first; frees finished requests.
+ * Backpressure: a running request with events left over (the ring is full) has its
+ * sequence held until they are all delivered, which bounds what waits here
+ * (sched_impl.h). Holding as soon as one event is left, rather than at some larger
+ * backlog, keeps that bound to one step's events while the client still has a full ring
+ * of events to read, so a client that reads steadily is never slowed by it. */
+static bool deliver(struct m40_sched *s, struct m40_sched_client *c)
 {
         int space = m40_ipc_region_space(&c->region);
         struct req *prev = NULL, *r = c->reqs;
@@ -398,6 +425,9 @@ static bool deliver(struct m40_sched_client *c)
                         space--;
                         pushed = true;
                 }
+                if (r->state == REQ_ACTIVE && r->held != (r->ev_head < r->n_ev) &&
+                    !m40_engine_hold(s->e, r->seq, !r->held))
+                        count_hold(s, r, !r->held);
                 if (r->state == REQ_DONE && r->ev_head == r->n_ev) {
                         unlink_req(c, r, prev);
                         req_free(r);
@@ -420,13 +450,33 @@ int m40_sched_run(struct m40_sched *s)
                         read_client(s, c);
         admit(s);
         if (s->n_active) {
+                work = s->n_active > s->n_held;
                 step(s);
-                work = true;
         }
         for (struct m40_sched_client *c = s->clients; c; c = c->next)
                 if (!c->broken)
-                        work |= deliver(c);
-        return work || s->n_active || (s->n_queued && s->n_active < s->cfg.max_sequences);
+                        work |= deliver(s, c);
+        /* Queued requests that admit() left behind wait for a slot or pages (freed by a
+         * step, counted below, or by a client leaving) or for their client to read: each of
+         * those wakes the daemon, so they are no reason to spin. Held sequences neither. */
+        return work || s->n_active > s->n_held;
+}
+
+/* has_backlog - whether c has events that did not fit its ring. */
+static bool has_backlog(const struct m40_sched_client *c)
+{
+        for (const struct req *r = c->reqs; r; r = r->next)
+                if (r->ev_head < r->n_ev)
+                        return true;
+        return false;
+}
+
+/* set_ev_waiting - raises or lowers c's ev_waiting word (m40/proto.h, backpressure). The
+ * daemon's only write to that word; it never reads it back. */
+static void set_ev_waiting(struct m40_sched_client *c, bool waiting)
+{
+        __atomic_store_n(&c->region.r->ev_waiting.value, waiting, __ATOMIC_RELEASE);
+        c->ev_waiting = waiting;
 }
 
 bool m40_sched_sleep(struct m40_sched *s, bool sleeping)
@@ -434,9 +484,14 @@ bool m40_sched_sleep(struct m40_sched *s, bool sleeping)
         bool pending = false;
 
         for (struct m40_sched_client *c = s->clients; c; c = c->next) {
+                if (sleeping && !c->broken && has_backlog(c))
+                        set_ev_waiting(c, true); /* the next fence orders it before the look */
+                else if (c->ev_waiting)
+                        set_ev_waiting(c, false);
                 m40_ipc_region_sleep(&c->region, sleeping);
                 if (sleeping && !c->broken)
-                        pending |= m40_ipc_region_pending(&c->region);
+                        pending |= m40_ipc_region_pending(&c->region) ||
+                                   (c->ev_waiting && m40_ipc_region_space(&c->region) != 0);
         }
         return pending;
 }

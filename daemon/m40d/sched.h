@@ -5,10 +5,12 @@
  * sequence slot and enough KV pages (prompt + max_tokens, reserved up front so a running
  * sequence never runs out) are free; the rest wait in per-client queues. Admission is fair:
  * the next request comes from the client with the fewest running sequences, ties broken
- * round-robin, so a client with many requests cannot starve the others. Events a client
- * has not read yet wait in the daemon per request, so a full event ring stalls only that
- * client's delivery, never the engine or other clients. Limits from m40d.ini become ERROR
- * events. Single-threaded: the daemon's main loop calls everything. */
+ * round-robin, so a client with many requests cannot starve the others. Backpressure: a
+ * client whose event ring is full has its running sequences held in the engine
+ * (m40_engine_hold) until it reads, so the daemon keeps only a few undelivered events per
+ * request (a bound independent of max_tokens, sched_impl.h), the client gets no new
+ * sequence meanwhile, and other clients' sequences go on at full speed. Limits from
+ * m40d.ini become ERROR events. Single-threaded: the daemon's main loop calls everything. */
 #ifndef M40D_SCHED_H
 #define M40D_SCHED_H
 
@@ -45,14 +47,17 @@ struct m40_ipc_region *m40_sched_client_region(struct m40_sched_client *c);
 int m40_sched_client_broken(const struct m40_sched_client *c);
 
 /* m40_sched_run - one round: read every client's submissions, admit what fits, run one
- * engine step when sequences are active, deliver events. Returns 1 when the round did
- * work (the caller should not sleep), 0 when idle; a failed engine step is reported by
+ * engine step when sequences are active and not all held, deliver events (holding and
+ * releasing sequences). Returns 1 when the round did work or a sequence can run (the
+ * caller should not sleep), 0 when only a client can make progress (idle, or every
+ * running sequence waits for its client to read); a failed engine step is reported by
  * ERROR events to the affected requests, not here. */
 int m40_sched_run(struct m40_sched *s);
 
 /* m40_sched_sleep - before the caller blocks: raises (true) or lowers every client's
- * daemon-sleeping flag. Raising returns true when a submission arrived meanwhile (do not
- * block). */
+ * daemon-sleeping flag, and the ev_waiting word of clients with undelivered events (so
+ * that reading rings the doorbell). Raising returns true when a submission arrived or a
+ * waiting client made room meanwhile (do not block). */
 bool m40_sched_sleep(struct m40_sched *s, bool sleeping);
 
 /* m40_sched_drain - stop taking work: queued and new requests get ERROR M40_ESHUTDOWN;

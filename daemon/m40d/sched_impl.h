@@ -24,8 +24,16 @@ struct req {
         uint32_t pages; /* KV pages reserved while ACTIVE */
         uint64_t t_submit_ns;
         struct m40_detok *detok;
-        struct m40_proto_ev *ev; /* undelivered events, ev[ev_head..n_ev) */
+        /* Undelivered events, ev[ev_head..n_ev). While ACTIVE, the request's sequence is
+         * held in the engine whenever any is left after a delivery (the client's ring is
+         * full), so at most one engine step's events of it wait here: an ADMITTED, the text
+         * of one token (one TEXT event per M40_PROTO_TEXT_MAX bytes of its piece plus the
+         * few UTF-8 bytes the detokenizer held back), the detokenizer's final flush and the
+         * final DONE or ERROR. The bound depends on the longest token piece of the
+         * vocabulary, never on max_tokens. */
+        struct m40_proto_ev *ev;
         uint32_t n_ev, ev_head, cap_ev;
+        bool held; /* its engine sequence is held (m40_engine_hold) */
 };
 
 struct m40_sched_client {
@@ -33,6 +41,8 @@ struct m40_sched_client {
         struct m40_ipc_region region;
         struct req *reqs, *last;
         uint32_t n_reqs, n_active, n_queued;
+        uint32_t n_held; /* of n_active */
+        bool ev_waiting; /* we raised the region's ev_waiting word */
         int broken;
 };
 
@@ -45,6 +55,7 @@ struct m40_sched {
         struct m40_sched_client *clients, *rr; /* rr: where the next admission round starts */
         struct req **active;                   /* (max_sequences) */
         uint32_t n_active, n_queued, n_clients;
+        uint32_t n_held; /* active requests whose sequence is held */
         uint32_t pages_total, pages_reserved, page_tokens, max_ctx;
         uint64_t requests;
         uint8_t *payload; /* (max_request_bytes) copy of one submission's payload */

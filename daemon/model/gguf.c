@@ -1,4 +1,6 @@
-/* gguf.c - the validating GGUF v2/v3 reader (see gguf.h).
+/* gguf.c - the validating GGUF v2/v3 reader (see gguf.h): the parse cursor, the file's
+ * structure (header, metadata table, tensor descriptions and their checks) and the accessors.
+ * Metadata values, strings and integers are decoded in gguf_value.c.
  *
  * The header region is read through a window buffer (pread from the file, or straight
  * from memory for m40_gguf_open_mem), with every read checked against the file size
@@ -17,6 +19,7 @@
 #include <unistd.h>
 
 #include "ggml_type.h"
+#include "gguf_impl.h"
 #include "m40/error.h"
 
 #define WINDOW_MIN (1u << 20)
@@ -43,27 +46,7 @@ struct m40_gguf {
         size_t n_allocs, cap_allocs;
 };
 
-/* The parse cursor. Exactly one of fd/mem is used. */
-struct reader {
-        struct m40_gguf *g;
-        const char *name;
-        int fd;
-        const uint8_t *mem;
-        uint64_t size; /* of the whole file */
-        uint64_t pos;  /* absolute offset of the next byte to parse */
-
-        uint8_t *win; /* window buffer (fd mode): bytes [win_off, win_off + win_len) */
-        uint64_t win_off;
-        size_t win_len, win_cap;
-
-        char *err;
-        size_t errlen;
-};
-
-static int fail(struct reader *r, int code, uint64_t off, const char *fmt, ...)
-        __attribute__((format(printf, 4, 5)));
-
-static int fail(struct reader *r, int code, uint64_t off, const char *fmt, ...)
+int m40_gguf_fail(struct m40_gguf_reader *r, int code, uint64_t off, const char *fmt, ...)
 {
         va_list ap;
         int n;
@@ -98,26 +81,20 @@ static void *track(struct m40_gguf *g, void *p)
         return p;
 }
 
-static void *alloc_tracked(struct m40_gguf *g, uint64_t n, uint64_t size)
+void *m40_gguf_alloc(struct m40_gguf *g, uint64_t n, uint64_t size)
 {
         if (size && n > SIZE_MAX / size)
                 return NULL;
         return track(g, calloc(n ? n : 1, size ? size : 1));
 }
 
-static uint64_t remaining(const struct reader *r)
+int m40_gguf_take(struct m40_gguf_reader *r, uint64_t n, const uint8_t **ret, const char *what)
 {
-        return r->pos <= r->size ? r->size - r->pos : 0;
-}
-
-/* take - make n bytes at the cursor available, return them in *ret and advance.
- * The caller names what it reads, for the truncation message. */
-static int take(struct reader *r, uint64_t n, const uint8_t **ret, const char *what)
-{
-        if (n > remaining(r))
-                return fail(r, M40_EFORMAT, r->pos,
-                            "truncated: %s needs %llu bytes, %llu left in the file", what,
-                            (unsigned long long)n, (unsigned long long)remaining(r));
+        if (n > m40_gguf_remaining(r))
+                return m40_gguf_fail(r, M40_EFORMAT, r->pos,
+                                     "truncated: %s needs %llu bytes, %llu left in the file", what,
+                                     (unsigned long long)n,
+                                     (unsigned long long)m40_gguf_remaining(r));
         if (r->mem) {
                 *ret = r->mem + r->pos;
         } else {
@@ -125,14 +102,14 @@ static int take(struct reader *r, uint64_t n, const uint8_t **ret, const char *w
                         uint64_t want = n > WINDOW_MIN ? n : WINDOW_MIN;
                         size_t got = 0;
 
-                        if (want > remaining(r))
-                                want = remaining(r);
+                        if (want > m40_gguf_remaining(r))
+                                want = m40_gguf_remaining(r);
                         if (want > r->win_cap) {
                                 uint8_t *w = realloc(r->win, want);
 
                                 if (!w)
-                                        return fail(r, -ENOMEM, r->pos, "out of memory reading %s",
-                                                    what);
+                                        return m40_gguf_fail(r, -ENOMEM, r->pos,
+                                                             "out of memory reading %s", what);
                                 r->win = w;
                                 r->win_cap = want;
                         }
@@ -143,11 +120,11 @@ static int take(struct reader *r, uint64_t n, const uint8_t **ret, const char *w
                                 if (k < 0 && errno == EINTR)
                                         continue;
                                 if (k < 0)
-                                        return fail(r, -errno, r->pos + got, "read failed: %s",
-                                                    strerror(errno));
+                                        return m40_gguf_fail(r, -errno, r->pos + got,
+                                                             "read failed: %s", strerror(errno));
                                 if (k == 0)
-                                        return fail(r, M40_EFORMAT, r->pos + got,
-                                                    "file shrank while being read");
+                                        return m40_gguf_fail(r, M40_EFORMAT, r->pos + got,
+                                                             "file shrank while being read");
                                 got += (size_t)k;
                         }
                         r->win_off = r->pos;
@@ -157,284 +134,6 @@ static int take(struct reader *r, uint64_t n, const uint8_t **ret, const char *w
         }
         r->pos += n;
         return 0;
-}
-
-static uint64_t le(const uint8_t *p, int n)
-{
-        uint64_t v = 0;
-
-        for (int i = n - 1; i >= 0; i--)
-                v = v << 8 | p[i];
-        return v;
-}
-
-static int read_uint(struct reader *r, int n, uint64_t *ret, const char *what)
-{
-        const uint8_t *p = NULL;
-        int e = take(r, (uint64_t)n, &p, what);
-
-        if (e)
-                return e;
-        *ret = le(p, n);
-        return 0;
-}
-
-static int read_u32(struct reader *r, uint32_t *ret, const char *what)
-{
-        uint64_t v;
-        int e = read_uint(r, 4, &v, what);
-
-        if (!e)
-                *ret = (uint32_t)v;
-        return e;
-}
-
-/* read_str - a GGUF string (u64 length, bytes) copied into a NUL-terminated tracked
- * buffer. max bounds the length (0: only by the file). */
-static int read_str(struct reader *r, struct m40_gguf_str *ret, uint64_t max, const char *what)
-{
-        uint64_t at = r->pos, len;
-        const uint8_t *p = NULL;
-        char *s;
-        int e;
-
-        e = read_uint(r, 8, &len, what);
-        if (e)
-                return e;
-        if (len > remaining(r))
-                return fail(r, M40_EFORMAT, at,
-                            "%s has length %llu but only %llu bytes are left in the file", what,
-                            (unsigned long long)len, (unsigned long long)remaining(r));
-        if (max && len > max)
-                return fail(r, M40_EFORMAT, at, "%s is %llu bytes long (limit %llu)", what,
-                            (unsigned long long)len, (unsigned long long)max);
-        e = take(r, len, &p, what);
-        if (e)
-                return e;
-        s = alloc_tracked(r->g, len + 1, 1);
-        if (!s)
-                return fail(r, -ENOMEM, at, "out of memory for %s", what);
-        memcpy(s, p, len);
-        s[len] = 0;
-        ret->ptr = s;
-        ret->len = len;
-        return 0;
-}
-
-static const char *const vtype_names[M40_GGUF_VTYPE_LIMIT] = {
-        "u8",   "i8",     "u16",   "i16", "u32", "i32", "f32",
-        "bool", "string", "array", "u64", "i64", "f64",
-};
-
-const char *m40_gguf_vtype_name(uint32_t t)
-{
-        return t < M40_GGUF_VTYPE_LIMIT ? vtype_names[t] : "?";
-}
-
-/* Bytes a value of scalar type t occupies in the file; 0 for string/array. */
-static int scalar_size(uint32_t t)
-{
-        static const int sz[M40_GGUF_VTYPE_LIMIT] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
-
-        return sz[t];
-}
-
-/* Smallest number of file bytes one element of type t can take: bounds array counts. */
-static uint64_t min_elem_size(uint32_t t)
-{
-        if (t == M40_GGUF_STRING)
-                return 8;
-        if (t == M40_GGUF_ARRAY)
-                return 12;
-        return (uint64_t)scalar_size(t);
-}
-
-/* Decode a scalar of type t from file bytes p into v. */
-static int decode_scalar(struct reader *r, uint64_t at, uint32_t t, const uint8_t *p,
-                         struct m40_gguf_value *v)
-{
-        uint64_t u = le(p, scalar_size(t));
-        union {
-                uint32_t u;
-                float f;
-        } f32;
-        union {
-                uint64_t u;
-                double f;
-        } f64;
-
-        v->type = t;
-        switch (t) {
-        case M40_GGUF_U8:
-        case M40_GGUF_U16:
-        case M40_GGUF_U32:
-        case M40_GGUF_U64:
-                v->u = u;
-                break;
-        case M40_GGUF_I8:
-                v->i = (int8_t)u;
-                break;
-        case M40_GGUF_I16:
-                v->i = (int16_t)u;
-                break;
-        case M40_GGUF_I32:
-                v->i = (int32_t)u;
-                break;
-        case M40_GGUF_I64:
-                v->i = (int64_t)u;
-                break;
-        case M40_GGUF_F32:
-                f32.u = (uint32_t)u;
-                v->f = f32.f;
-                break;
-        case M40_GGUF_F64:
-                f64.u = u;
-                v->f = f64.f;
-                break;
-        case M40_GGUF_BOOL:
-                if (u > 1)
-                        return fail(r, M40_EFORMAT, at, "bool value is %llu, not 0 or 1",
-                                    (unsigned long long)u);
-                v->b = u != 0;
-                break;
-        }
-        return 0;
-}
-
-static int read_value(struct reader *r, uint32_t type, struct m40_gguf_value *v, int depth);
-
-/* Array of scalars: stored as a C array of the natural type. */
-static int read_scalar_array(struct reader *r, uint64_t at, uint32_t et, uint64_t n, void *data)
-{
-        int es = scalar_size(et);
-        const uint8_t *p = NULL;
-        int e = take(r, n * (uint64_t)es, &p, "array data");
-
-        if (e)
-                return e;
-        for (uint64_t i = 0; i < n; i++) {
-                struct m40_gguf_value v;
-                const uint8_t *q = p + i * (uint64_t)es;
-
-                e = decode_scalar(r, at + 12 + i * (uint64_t)es, et, q, &v);
-                if (e)
-                        return e;
-                switch (et) {
-                case M40_GGUF_U8:
-                        ((uint8_t *)data)[i] = (uint8_t)v.u;
-                        break;
-                case M40_GGUF_I8:
-                        ((int8_t *)data)[i] = (int8_t)v.i;
-                        break;
-                case M40_GGUF_U16:
-                        ((uint16_t *)data)[i] = (uint16_t)v.u;
-                        break;
-                case M40_GGUF_I16:
-                        ((int16_t *)data)[i] = (int16_t)v.i;
-                        break;
-                case M40_GGUF_U32:
-                        ((uint32_t *)data)[i] = (uint32_t)v.u;
-                        break;
-                case M40_GGUF_I32:
-                        ((int32_t *)data)[i] = (int32_t)v.i;
-                        break;
-                case M40_GGUF_F32:
-                        ((float *)data)[i] = (float)v.f;
-                        break;
-                case M40_GGUF_BOOL:
-                        ((bool *)data)[i] = v.b;
-                        break;
-                case M40_GGUF_U64:
-                        ((uint64_t *)data)[i] = v.u;
-                        break;
-                case M40_GGUF_I64:
-                        ((int64_t *)data)[i] = v.i;
-                        break;
-                case M40_GGUF_F64:
-                        ((double *)data)[i] = v.f;
-                        break;
-                }
-        }
-        return 0;
-}
-
-static size_t native_size(uint32_t et)
-{
-        switch (et) {
-        case M40_GGUF_STRING:
-                return sizeof(struct m40_gguf_str);
-        case M40_GGUF_ARRAY:
-                return sizeof(struct m40_gguf_value);
-        case M40_GGUF_BOOL:
-                return sizeof(bool);
-        case M40_GGUF_F32:
-                return sizeof(float);
-        default:
-                return (size_t)scalar_size(et);
-        }
-}
-
-static int read_array(struct reader *r, struct m40_gguf_value *v, int depth)
-{
-        uint64_t at = r->pos, n;
-        uint32_t et;
-        void *data;
-        int e;
-
-        if (depth >= M40_GGUF_MAX_DEPTH)
-                return fail(r, M40_EFORMAT, at, "arrays nested deeper than %d levels",
-                            M40_GGUF_MAX_DEPTH);
-        e = read_u32(r, &et, "array element type");
-        if (e)
-                return e;
-        if (et >= M40_GGUF_VTYPE_LIMIT)
-                return fail(r, M40_EFORMAT, at, "array element type %u is not a GGUF value type",
-                            et);
-        e = read_uint(r, 8, &n, "array length");
-        if (e)
-                return e;
-        if (n > remaining(r) / min_elem_size(et))
-                return fail(r, M40_EFORMAT, at + 4,
-                            "array of %llu %s elements cannot fit in the %llu bytes left",
-                            (unsigned long long)n, m40_gguf_vtype_name(et),
-                            (unsigned long long)remaining(r));
-        data = alloc_tracked(r->g, n, native_size(et));
-        if (!data)
-                return fail(r, -ENOMEM, at, "out of memory for an array of %llu elements",
-                            (unsigned long long)n);
-        v->type = M40_GGUF_ARRAY;
-        v->arr.elem_type = et;
-        v->arr.n = n;
-        v->arr.data = data;
-        if (et != M40_GGUF_STRING && et != M40_GGUF_ARRAY)
-                return read_scalar_array(r, at, et, n, data);
-        for (uint64_t i = 0; i < n; i++) {
-                if (et == M40_GGUF_STRING)
-                        e = read_str(r, (struct m40_gguf_str *)data + i, 0, "array string");
-                else
-                        e = read_value(r, et, (struct m40_gguf_value *)data + i, depth + 1);
-                if (e)
-                        return e;
-        }
-        return 0;
-}
-
-static int read_value(struct reader *r, uint32_t type, struct m40_gguf_value *v, int depth)
-{
-        uint64_t at = r->pos;
-        const uint8_t *p = NULL;
-        int e;
-
-        if (type == M40_GGUF_STRING) {
-                v->type = type;
-                return read_str(r, &v->str, 0, "string value");
-        }
-        if (type == M40_GGUF_ARRAY)
-                return read_array(r, v, depth);
-        e = take(r, (uint64_t)scalar_size(type), &p, "value");
-        if (e)
-                return e;
-        return decode_scalar(r, at, type, p, v);
 }
 
 /* FNV-1a over a NUL-terminated string; the index tables are sized as powers of two. */
@@ -494,16 +193,16 @@ static int64_t index_find(const struct m40_gguf *g, const uint64_t *table, uint6
         return -1;
 }
 
-static int read_kvs(struct reader *r, uint64_t n_kv)
+static int read_kvs(struct m40_gguf_reader *r, uint64_t n_kv)
 {
         struct m40_gguf *g = r->g;
 
-        g->kvs = alloc_tracked(g, n_kv, sizeof(*g->kvs));
+        g->kvs = m40_gguf_alloc(g, n_kv, sizeof(*g->kvs));
         g->kv_index_cap = table_cap(n_kv);
-        g->kv_index = alloc_tracked(g, g->kv_index_cap, sizeof(uint64_t));
+        g->kv_index = m40_gguf_alloc(g, g->kv_index_cap, sizeof(uint64_t));
         if (!g->kvs || !g->kv_index)
-                return fail(r, -ENOMEM, r->pos, "out of memory for %llu metadata entries",
-                            (unsigned long long)n_kv);
+                return m40_gguf_fail(r, -ENOMEM, r->pos, "out of memory for %llu metadata entries",
+                                     (unsigned long long)n_kv);
         for (uint64_t i = 0; i < n_kv; i++) {
                 struct m40_gguf_kv *kv = &g->kvs[i];
                 uint64_t type_at;
@@ -512,28 +211,29 @@ static int read_kvs(struct reader *r, uint64_t n_kv)
                 int e;
 
                 kv->offset = r->pos;
-                e = read_str(r, &kv->key, M40_GGUF_MAX_KEY, "metadata key");
+                e = m40_gguf_read_str(r, &kv->key, M40_GGUF_MAX_KEY, "metadata key");
                 if (e)
                         return e;
                 if (kv->key.len == 0 || strlen(kv->key.ptr) != kv->key.len)
-                        return fail(r, M40_EFORMAT, kv->offset,
-                                    "metadata key %llu is empty or contains a NUL byte",
-                                    (unsigned long long)i);
+                        return m40_gguf_fail(r, M40_EFORMAT, kv->offset,
+                                             "metadata key %llu is empty or contains a NUL byte",
+                                             (unsigned long long)i);
                 g->n_kv = i + 1;
                 dup = index_insert(g, g->kv_index, g->kv_index_cap, kv_name, i);
                 if (dup >= 0)
-                        return fail(r, M40_EFORMAT, kv->offset,
-                                    "duplicate metadata key '%s' (first at offset %llu)",
-                                    kv->key.ptr, (unsigned long long)g->kvs[dup].offset);
+                        return m40_gguf_fail(r, M40_EFORMAT, kv->offset,
+                                             "duplicate metadata key '%s' (first at offset %llu)",
+                                             kv->key.ptr, (unsigned long long)g->kvs[dup].offset);
                 type_at = r->pos;
-                e = read_u32(r, &type, "metadata value type");
+                e = m40_gguf_read_u32(r, &type, "metadata value type");
                 if (e)
                         return e;
                 if (type >= M40_GGUF_VTYPE_LIMIT)
-                        return fail(r, M40_EFORMAT, type_at,
-                                    "metadata '%s' has value type %u, not a GGUF value type",
-                                    kv->key.ptr, type);
-                e = read_value(r, type, &kv->value, 0);
+                        return m40_gguf_fail(
+                                r, M40_EFORMAT, type_at,
+                                "metadata '%s' has value type %u, not a GGUF value type",
+                                kv->key.ptr, type);
+                e = m40_gguf_read_value(r, type, &kv->value, 0);
                 if (e)
                         return e;
         }
@@ -541,7 +241,7 @@ static int read_kvs(struct reader *r, uint64_t n_kv)
 }
 
 /* The alignment comes from general.alignment: a u32 power of two. */
-static int check_alignment(struct reader *r)
+static int check_alignment(struct m40_gguf_reader *r)
 {
         struct m40_gguf *g = r->g;
         int64_t i = index_find(g, g->kv_index, g->kv_index_cap, kv_name, "general.alignment");
@@ -552,18 +252,18 @@ static int check_alignment(struct reader *r)
                 return 0;
         v = &g->kvs[i].value;
         if (v->type != M40_GGUF_U32)
-                return fail(r, M40_EFORMAT, g->kvs[i].offset,
-                            "general.alignment has type %s, expected u32",
-                            m40_gguf_vtype_name(v->type));
+                return m40_gguf_fail(r, M40_EFORMAT, g->kvs[i].offset,
+                                     "general.alignment has type %s, expected u32",
+                                     m40_gguf_vtype_name(v->type));
         if (v->u == 0 || (v->u & (v->u - 1)))
-                return fail(r, M40_EFORMAT, g->kvs[i].offset,
-                            "general.alignment is %llu, not a power of two",
-                            (unsigned long long)v->u);
+                return m40_gguf_fail(r, M40_EFORMAT, g->kvs[i].offset,
+                                     "general.alignment is %llu, not a power of two",
+                                     (unsigned long long)v->u);
         g->alignment = (uint32_t)v->u;
         return 0;
 }
 
-static int read_tensor_info(struct reader *r, uint64_t i)
+static int read_tensor_info(struct m40_gguf_reader *r, uint64_t i)
 {
         struct m40_gguf *g = r->g;
         struct m40_gguf_tensor *t = &g->tensors[i];
@@ -574,70 +274,78 @@ static int read_tensor_info(struct reader *r, uint64_t i)
         int64_t dup;
         int e;
 
-        e = read_str(r, &name, M40_GGUF_MAX_NAME, "tensor name");
+        e = m40_gguf_read_str(r, &name, M40_GGUF_MAX_NAME, "tensor name");
         if (e)
                 return e;
         if (name.len == 0 || strlen(name.ptr) != name.len)
-                return fail(r, M40_EFORMAT, at, "tensor %llu has an empty name or a NUL byte in it",
-                            (unsigned long long)i);
+                return m40_gguf_fail(r, M40_EFORMAT, at,
+                                     "tensor %llu has an empty name or a NUL byte in it",
+                                     (unsigned long long)i);
         t->name = name.ptr;
         g->n_tensors = i + 1;
         dup = index_insert(g, g->tensor_index, g->tensor_index_cap, tensor_name, i);
         if (dup >= 0)
-                return fail(r, M40_EFORMAT, at,
-                            "duplicate tensor name '%s' (tensors %lld and %llu)", t->name,
-                            (long long)dup, (unsigned long long)i);
-        e = read_u32(r, &t->n_dims, "tensor dimension count");
+                return m40_gguf_fail(r, M40_EFORMAT, at,
+                                     "duplicate tensor name '%s' (tensors %lld and %llu)", t->name,
+                                     (long long)dup, (unsigned long long)i);
+        e = m40_gguf_read_u32(r, &t->n_dims, "tensor dimension count");
         if (e)
                 return e;
         if (t->n_dims < 1 || t->n_dims > M40_GGUF_MAX_DIMS)
-                return fail(r, M40_EFORMAT, r->pos - 4, "tensor '%s' has %u dimensions (1 to %d)",
-                            t->name, t->n_dims, M40_GGUF_MAX_DIMS);
+                return m40_gguf_fail(r, M40_EFORMAT, r->pos - 4,
+                                     "tensor '%s' has %u dimensions (1 to %d)", t->name, t->n_dims,
+                                     M40_GGUF_MAX_DIMS);
         t->n_elements = 1;
         for (int d = 0; d < M40_GGUF_MAX_DIMS; d++) {
                 t->ne[d] = 1;
                 if ((uint32_t)d >= t->n_dims)
                         continue;
-                e = read_uint(r, 8, &t->ne[d], "tensor dimension");
+                e = m40_gguf_read_uint(r, 8, &t->ne[d], "tensor dimension");
                 if (e)
                         return e;
                 if (t->ne[d] == 0 || t->ne[d] > INT64_MAX)
-                        return fail(r, M40_EFORMAT, r->pos - 8, "tensor '%s' dimension %d is %llu",
-                                    t->name, d, (unsigned long long)t->ne[d]);
+                        return m40_gguf_fail(r, M40_EFORMAT, r->pos - 8,
+                                             "tensor '%s' dimension %d is %llu", t->name, d,
+                                             (unsigned long long)t->ne[d]);
                 if (t->n_elements > (uint64_t)INT64_MAX / t->ne[d])
-                        return fail(r, M40_EFORMAT, r->pos - 8,
-                                    "tensor '%s' element count overflows 63 bits", t->name);
+                        return m40_gguf_fail(r, M40_EFORMAT, r->pos - 8,
+                                             "tensor '%s' element count overflows 63 bits",
+                                             t->name);
                 t->n_elements *= t->ne[d];
         }
         type_at = r->pos;
-        e = read_u32(r, &t->type, "tensor type");
+        e = m40_gguf_read_u32(r, &t->type, "tensor type");
         if (e)
                 return e;
         ti = m40_ggml_type_info(t->type);
         tn = m40_ggml_type_name(t->type);
         if (!ti && tn)
-                return fail(r, M40_EUNSUPPORTED, type_at,
-                            "tensor '%s' has unsupported type %u (%s)", t->name, t->type, tn);
+                return m40_gguf_fail(r, M40_EUNSUPPORTED, type_at,
+                                     "tensor '%s' has unsupported type %u (%s)", t->name, t->type,
+                                     tn);
         if (!ti)
-                return fail(r, M40_EFORMAT, type_at,
-                            "tensor '%s' has unsupported type %u (not a GGML type)", t->name,
-                            t->type);
+                return m40_gguf_fail(r, M40_EFORMAT, type_at,
+                                     "tensor '%s' has unsupported type %u (not a GGML type)",
+                                     t->name, t->type);
         if (m40_ggml_row_size(t->type, t->ne[0], &row))
-                return fail(r, M40_EFORMAT, at,
-                            "tensor '%s' row length %llu is not a multiple of the %s block (%u)",
-                            t->name, (unsigned long long)t->ne[0], ti->name, ti->block_size);
+                return m40_gguf_fail(
+                        r, M40_EFORMAT, at,
+                        "tensor '%s' row length %llu is not a multiple of the %s block (%u)",
+                        t->name, (unsigned long long)t->ne[0], ti->name, ti->block_size);
         /* row * (n_elements / ne0) cannot overflow: row <= 4 * ne0 and n_elements < 2^63,
          * but stay explicit. */
         if (row > UINT64_MAX / (t->n_elements / t->ne[0]))
-                return fail(r, M40_EFORMAT, at, "tensor '%s' byte size overflows", t->name);
+                return m40_gguf_fail(r, M40_EFORMAT, at, "tensor '%s' byte size overflows",
+                                     t->name);
         t->size = row * (t->n_elements / t->ne[0]);
-        e = read_uint(r, 8, &t->file_offset, "tensor offset"); /* relative for now */
+        e = m40_gguf_read_uint(r, 8, &t->file_offset, "tensor offset"); /* relative for now */
         if (e)
                 return e;
         if (t->file_offset % g->alignment)
-                return fail(r, M40_EFORMAT, r->pos - 8,
-                            "tensor '%s' offset %llu is not a multiple of the alignment %u",
-                            t->name, (unsigned long long)t->file_offset, g->alignment);
+                return m40_gguf_fail(
+                        r, M40_EFORMAT, r->pos - 8,
+                        "tensor '%s' offset %llu is not a multiple of the alignment %u", t->name,
+                        (unsigned long long)t->file_offset, g->alignment);
         return 0;
 }
 
@@ -650,7 +358,7 @@ static int cmp_by_offset(const void *a, const void *b)
 }
 
 /* Every tensor must lie inside the data section, and no two may overlap. */
-static int check_tensor_extents(struct reader *r, uint64_t infos_at)
+static int check_tensor_extents(struct m40_gguf_reader *r, uint64_t infos_at)
 {
         struct m40_gguf *g = r->g;
         uint64_t data_size = g->file_size - g->data_offset;
@@ -660,19 +368,20 @@ static int check_tensor_extents(struct reader *r, uint64_t infos_at)
                 struct m40_gguf_tensor *t = &g->tensors[i];
 
                 if (t->file_offset > data_size || t->size > data_size - t->file_offset)
-                        return fail(r, M40_EFORMAT, infos_at,
-                                    "tensor '%s' data [%llu, +%llu) runs past the end of the "
-                                    "data section (%llu bytes at offset %llu)",
-                                    t->name, (unsigned long long)t->file_offset,
-                                    (unsigned long long)t->size, (unsigned long long)data_size,
-                                    (unsigned long long)g->data_offset);
+                        return m40_gguf_fail(
+                                r, M40_EFORMAT, infos_at,
+                                "tensor '%s' data [%llu, +%llu) runs past the end of the "
+                                "data section (%llu bytes at offset %llu)",
+                                t->name, (unsigned long long)t->file_offset,
+                                (unsigned long long)t->size, (unsigned long long)data_size,
+                                (unsigned long long)g->data_offset);
                 t->file_offset += g->data_offset;
         }
         if (g->n_tensors < 2)
                 return 0;
         order = malloc(g->n_tensors * sizeof(*order));
         if (!order)
-                return fail(r, -ENOMEM, infos_at, "out of memory");
+                return m40_gguf_fail(r, -ENOMEM, infos_at, "out of memory");
         for (uint64_t i = 0; i < g->n_tensors; i++)
                 order[i] = &g->tensors[i];
         qsort(order, g->n_tensors, sizeof(*order), cmp_by_offset);
@@ -680,9 +389,9 @@ static int check_tensor_extents(struct reader *r, uint64_t infos_at)
                 const struct m40_gguf_tensor *a = order[i - 1], *b = order[i];
 
                 if (a->file_offset + a->size > b->file_offset) {
-                        int e = fail(r, M40_EFORMAT, infos_at,
-                                     "tensors '%s' and '%s' overlap in the data section", a->name,
-                                     b->name);
+                        int e = m40_gguf_fail(r, M40_EFORMAT, infos_at,
+                                              "tensors '%s' and '%s' overlap in the data section",
+                                              a->name, b->name);
                         free(order);
                         return e;
                 }
@@ -691,18 +400,18 @@ static int check_tensor_extents(struct reader *r, uint64_t infos_at)
         return 0;
 }
 
-static int read_tensors(struct reader *r, uint64_t n_tensors)
+static int read_tensors(struct m40_gguf_reader *r, uint64_t n_tensors)
 {
         struct m40_gguf *g = r->g;
         uint64_t infos_at = r->pos;
         int e;
 
-        g->tensors = alloc_tracked(g, n_tensors, sizeof(*g->tensors));
+        g->tensors = m40_gguf_alloc(g, n_tensors, sizeof(*g->tensors));
         g->tensor_index_cap = table_cap(n_tensors);
-        g->tensor_index = alloc_tracked(g, g->tensor_index_cap, sizeof(uint64_t));
+        g->tensor_index = m40_gguf_alloc(g, g->tensor_index_cap, sizeof(uint64_t));
         if (!g->tensors || !g->tensor_index)
-                return fail(r, -ENOMEM, r->pos, "out of memory for %llu tensors",
-                            (unsigned long long)n_tensors);
+                return m40_gguf_fail(r, -ENOMEM, r->pos, "out of memory for %llu tensors",
+                                     (unsigned long long)n_tensors);
         for (uint64_t i = 0; i < n_tensors; i++) {
                 e = read_tensor_info(r, i);
                 if (e)
@@ -710,16 +419,17 @@ static int read_tensors(struct reader *r, uint64_t n_tensors)
         }
         g->data_offset = r->pos + (g->alignment - r->pos % g->alignment) % g->alignment;
         if (n_tensors && g->data_offset > g->file_size)
-                return fail(r, M40_EFORMAT, r->pos,
-                            "truncated: the data section would start at %llu, past the end of "
-                            "the file (%llu bytes)",
-                            (unsigned long long)g->data_offset, (unsigned long long)g->file_size);
+                return m40_gguf_fail(
+                        r, M40_EFORMAT, r->pos,
+                        "truncated: the data section would start at %llu, past the end of "
+                        "the file (%llu bytes)",
+                        (unsigned long long)g->data_offset, (unsigned long long)g->file_size);
         if (g->data_offset > g->file_size)
                 g->data_offset = g->file_size;
         return check_tensor_extents(r, infos_at);
 }
 
-static int parse(struct reader *r)
+static int parse(struct m40_gguf_reader *r)
 {
         struct m40_gguf *g = r->g;
         uint64_t n_tensors, n_kv;
@@ -727,39 +437,40 @@ static int parse(struct reader *r)
         int e;
 
         g->file_size = r->size;
-        e = read_u32(r, &magic, "magic");
+        e = m40_gguf_read_u32(r, &magic, "magic");
         if (e)
                 return e;
         if (magic != M40_GGUF_MAGIC)
-                return fail(r, M40_EFORMAT, 0, "not a GGUF file (magic 0x%08x, expected \"GGUF\")",
-                            magic);
-        e = read_u32(r, &g->version, "version");
+                return m40_gguf_fail(r, M40_EFORMAT, 0,
+                                     "not a GGUF file (magic 0x%08x, expected \"GGUF\")", magic);
+        e = m40_gguf_read_u32(r, &g->version, "version");
         if (e)
                 return e;
         if (g->version == 1)
-                return fail(r, M40_EUNSUPPORTED, 4,
-                            "GGUF version 1 is not supported (convert the file to v3)");
+                return m40_gguf_fail(r, M40_EUNSUPPORTED, 4,
+                                     "GGUF version 1 is not supported (convert the file to v3)");
         if (g->version > 0xffff && (g->version >> 24) >= 1 && (g->version >> 24) <= 3 &&
             !(g->version & 0xffffff))
-                return fail(r, M40_EUNSUPPORTED, 4, "big-endian GGUF files are not supported");
+                return m40_gguf_fail(r, M40_EUNSUPPORTED, 4,
+                                     "big-endian GGUF files are not supported");
         if (g->version != 2 && g->version != 3)
-                return fail(r, M40_EUNSUPPORTED, 4, "GGUF version %u is not supported (2 or 3)",
-                            g->version);
-        e = read_uint(r, 8, &n_tensors, "tensor count");
+                return m40_gguf_fail(r, M40_EUNSUPPORTED, 4,
+                                     "GGUF version %u is not supported (2 or 3)", g->version);
+        e = m40_gguf_read_uint(r, 8, &n_tensors, "tensor count");
         if (e)
                 return e;
-        e = read_uint(r, 8, &n_kv, "metadata count");
+        e = m40_gguf_read_uint(r, 8, &n_kv, "metadata count");
         if (e)
                 return e;
         /* A key needs 8 + 1 + 4 + 1 bytes at least, a tensor 8 + 1 + 4 + 8 + 4 + 8. */
-        if (n_kv > remaining(r) / 14)
-                return fail(r, M40_EFORMAT, 16,
-                            "metadata count %llu cannot fit in the %llu bytes left",
-                            (unsigned long long)n_kv, (unsigned long long)remaining(r));
-        if (n_tensors > remaining(r) / 33)
-                return fail(r, M40_EFORMAT, 8,
-                            "tensor count %llu cannot fit in the %llu bytes left",
-                            (unsigned long long)n_tensors, (unsigned long long)remaining(r));
+        if (n_kv > m40_gguf_remaining(r) / 14)
+                return m40_gguf_fail(
+                        r, M40_EFORMAT, 16, "metadata count %llu cannot fit in the %llu bytes left",
+                        (unsigned long long)n_kv, (unsigned long long)m40_gguf_remaining(r));
+        if (n_tensors > m40_gguf_remaining(r) / 33)
+                return m40_gguf_fail(
+                        r, M40_EFORMAT, 8, "tensor count %llu cannot fit in the %llu bytes left",
+                        (unsigned long long)n_tensors, (unsigned long long)m40_gguf_remaining(r));
         e = read_kvs(r, n_kv);
         if (e)
                 return e;
@@ -769,17 +480,17 @@ static int parse(struct reader *r)
         return read_tensors(r, n_tensors);
 }
 
-static int open_common(struct reader *r, struct m40_gguf **ret)
+static int open_common(struct m40_gguf_reader *r, struct m40_gguf **ret)
 {
         struct m40_gguf *g = calloc(1, sizeof(*g));
         int e;
 
         if (!g)
-                return fail(r, -ENOMEM, 0, "out of memory");
+                return m40_gguf_fail(r, -ENOMEM, 0, "out of memory");
         g->path = strdup(r->name);
         if (!g->path) {
                 free(g);
-                return fail(r, -ENOMEM, 0, "out of memory");
+                return m40_gguf_fail(r, -ENOMEM, 0, "out of memory");
         }
         r->g = g;
         e = parse(r);
@@ -794,21 +505,21 @@ static int open_common(struct reader *r, struct m40_gguf **ret)
 
 int m40_gguf_open(const char *path, struct m40_gguf **ret, char *err, size_t errlen)
 {
-        struct reader r = {.name = path, .err = err, .errlen = errlen};
+        struct m40_gguf_reader r = {.name = path, .err = err, .errlen = errlen};
         struct stat st;
         int fd, e;
 
         fd = open(path, O_RDONLY | O_CLOEXEC);
         if (fd < 0)
-                return fail(&r, -errno, 0, "cannot open: %s", strerror(errno));
+                return m40_gguf_fail(&r, -errno, 0, "cannot open: %s", strerror(errno));
         if (fstat(fd, &st) < 0) {
                 e = -errno;
                 close(fd);
-                return fail(&r, e, 0, "cannot stat: %s", strerror(-e));
+                return m40_gguf_fail(&r, e, 0, "cannot stat: %s", strerror(-e));
         }
         if (!S_ISREG(st.st_mode)) {
                 close(fd);
-                return fail(&r, -EINVAL, 0, "not a regular file");
+                return m40_gguf_fail(&r, -EINVAL, 0, "not a regular file");
         }
         r.fd = fd;
         r.size = (uint64_t)st.st_size;
@@ -821,12 +532,12 @@ int m40_gguf_open_mem(const void *data, size_t size, const char *name, struct m4
                       char *err, size_t errlen)
 {
         static const uint8_t empty[1];
-        struct reader r = {.name = name ? name : "(memory)",
-                           .err = err,
-                           .errlen = errlen,
-                           .fd = -1,
-                           .mem = data ? data : empty,
-                           .size = size};
+        struct m40_gguf_reader r = {.name = name ? name : "(memory)",
+                                    .err = err,
+                                    .errlen = errlen,
+                                    .fd = -1,
+                                    .mem = data ? data : empty,
+                                    .size = size};
 
         return open_common(&r, ret);
 }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "text/heap.h"
 #include "text/vocab_impl.h"
 
 struct sym {
@@ -14,18 +15,10 @@ struct sym {
         int32_t prev, next;
 };
 
-struct bigram {
-        int32_t rank;
-        int32_t left, right;
-        uint32_t size;  /* left.len + right.len when queued; a mismatch marks it stale */
-        int32_t result; /* token of the merged bytes; -2: look it up when merging */
-};
-
 struct m40_bpe_work {
         struct sym *sym;
         size_t cap_sym;
-        struct bigram *heap;
-        size_t n_heap, cap_heap;
+        struct m40_bigram_heap heap;
         char *key;
         size_t cap_key;
 };
@@ -35,57 +28,10 @@ struct m40_bpe_work *m40_bpe_work_free(struct m40_bpe_work *w)
         if (!w)
                 return NULL;
         free(w->sym);
-        free(w->heap);
+        m40_bigram_heap_done(&w->heap);
         free(w->key);
         free(w);
         return NULL;
-}
-
-static bool before(const struct bigram *a, const struct bigram *b)
-{
-        return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
-}
-
-static int heap_push(struct m40_bpe_work *w, struct bigram b)
-{
-        size_t i;
-
-        if (w->n_heap == w->cap_heap) {
-                size_t cap = w->cap_heap ? w->cap_heap * 2 : 256;
-                struct bigram *p = realloc(w->heap, cap * sizeof(*p));
-                if (!p)
-                        return -ENOMEM;
-                w->heap = p;
-                w->cap_heap = cap;
-        }
-        for (i = w->n_heap++; i > 0; i = (i - 1) / 2) {
-                if (!before(&b, &w->heap[(i - 1) / 2]))
-                        break;
-                w->heap[i] = w->heap[(i - 1) / 2];
-        }
-        w->heap[i] = b;
-        return 0;
-}
-
-static struct bigram heap_pop(struct m40_bpe_work *w)
-{
-        struct bigram top = w->heap[0], last = w->heap[--w->n_heap];
-        size_t i = 0, n = w->n_heap;
-
-        for (;;) {
-                size_t c = 2 * i + 1;
-                if (c >= n)
-                        break;
-                if (c + 1 < n && before(&w->heap[c + 1], &w->heap[c]))
-                        c++;
-                if (!before(&w->heap[c], &last))
-                        break;
-                w->heap[i] = w->heap[c];
-                i = c;
-        }
-        if (n)
-                w->heap[i] = last;
-        return top;
 }
 
 /* slow_rank - the rank of a merge of two byte strings that are not both tokens. */
@@ -112,24 +58,26 @@ static int add_bigram(const struct m40_vocab *v, struct m40_bpe_work *w, const u
                       int32_t left, int32_t right)
 {
         struct sym *l, *r;
-        struct bigram b;
+        struct m40_bigram b;
+        int32_t rank;
 
         if (left < 0 || right < 0)
                 return 0;
         l = &w->sym[left];
         r = &w->sym[right];
         if (l->id >= 0 && r->id >= 0) {
-                b.rank = m40_pairmap_get(&v->merges, (uint32_t)l->id, (uint32_t)r->id, &b.result);
+                rank = m40_pairmap_get(&v->merges, (uint32_t)l->id, (uint32_t)r->id, &b.result);
         } else {
-                b.rank = v->n_slow ? slow_rank(v, w, word, l, r) : -1;
-                b.result = -2;
+                rank = v->n_slow ? slow_rank(v, w, word, l, r) : -1;
+                b.result = -2; /* look it up when merging */
         }
-        if (b.rank < 0)
+        if (rank < 0)
                 return 0;
+        b.prio = rank;
         b.left = left;
         b.right = right;
         b.size = l->len + r->len;
-        return heap_push(w, b);
+        return m40_bigram_heap_push(&w->heap, &b);
 }
 
 static int emit(const struct m40_vocab *v, const struct sym *s, const uint8_t *word,
@@ -151,6 +99,7 @@ int m40_bpe_word(const struct m40_vocab *v, const uint8_t *word, size_t n,
                  struct m40_bpe_work **work, struct m40_ids *out)
 {
         struct m40_bpe_work *w = *work;
+        struct m40_bigram b;
         int e = 0;
 
         if (n == 0)
@@ -172,11 +121,10 @@ int m40_bpe_word(const struct m40_vocab *v, const uint8_t *word, size_t n,
         for (size_t i = 0; i < n; i++)
                 w->sym[i] = (struct sym){(uint32_t)i, 1, v->byte_tok[word[i]], (int32_t)i - 1,
                                          i + 1 < n ? (int32_t)i + 1 : -1};
-        w->n_heap = 0;
+        m40_bigram_heap_clear(&w->heap);
         for (size_t i = 1; i < n && !e; i++)
                 e = add_bigram(v, w, word, (int32_t)i - 1, (int32_t)i);
-        while (w->n_heap && !e) {
-                struct bigram b = heap_pop(w);
+        while (!e && m40_bigram_heap_pop(&w->heap, &b)) {
                 struct sym *l = &w->sym[b.left], *r = &w->sym[b.right];
                 if (!l->len || !r->len || l->len + r->len != b.size)
                         continue;

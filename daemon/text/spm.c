@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "text/heap.h"
 #include "text/utf8.h"
 #include "text/vocab_impl.h"
 
@@ -16,19 +17,12 @@ struct ssym {
         int32_t prev, next;
 };
 
-struct sbigram {
-        float score;
-        int32_t left, right;
-        uint32_t size;
-};
-
 struct m40_spm_work {
         char *text;
         size_t cap_text;
         struct ssym *sym;
         size_t cap_sym;
-        struct sbigram *heap;
-        size_t n_heap, cap_heap;
+        struct m40_bigram_heap heap;
 };
 
 struct m40_spm_work *m40_spm_work_free(struct m40_spm_work *w)
@@ -37,56 +31,9 @@ struct m40_spm_work *m40_spm_work_free(struct m40_spm_work *w)
                 return NULL;
         free(w->text);
         free(w->sym);
-        free(w->heap);
+        m40_bigram_heap_done(&w->heap);
         free(w);
         return NULL;
-}
-
-static bool before(const struct sbigram *a, const struct sbigram *b)
-{
-        return a->score > b->score || (a->score == b->score && a->left < b->left);
-}
-
-static int heap_push(struct m40_spm_work *w, struct sbigram b)
-{
-        size_t i;
-
-        if (w->n_heap == w->cap_heap) {
-                size_t cap = w->cap_heap ? w->cap_heap * 2 : 256;
-                struct sbigram *p = realloc(w->heap, cap * sizeof(*p));
-                if (!p)
-                        return -ENOMEM;
-                w->heap = p;
-                w->cap_heap = cap;
-        }
-        for (i = w->n_heap++; i > 0; i = (i - 1) / 2) {
-                if (!before(&b, &w->heap[(i - 1) / 2]))
-                        break;
-                w->heap[i] = w->heap[(i - 1) / 2];
-        }
-        w->heap[i] = b;
-        return 0;
-}
-
-static struct sbigram heap_pop(struct m40_spm_work *w)
-{
-        struct sbigram top = w->heap[0], last = w->heap[--w->n_heap];
-        size_t i = 0, n = w->n_heap;
-
-        for (;;) {
-                size_t c = 2 * i + 1;
-                if (c >= n)
-                        break;
-                if (c + 1 < n && before(&w->heap[c + 1], &w->heap[c]))
-                        c++;
-                if (!before(&w->heap[c], &last))
-                        break;
-                w->heap[i] = w->heap[c];
-                i = c;
-        }
-        if (n)
-                w->heap[i] = last;
-        return top;
 }
 
 static int try_bigram(const struct m40_vocab *v, struct m40_spm_work *w, int32_t left,
@@ -99,7 +46,8 @@ static int try_bigram(const struct m40_vocab *v, struct m40_spm_work *w, int32_t
         int32_t id = m40_strmap_get(&v->by_text, w->text + l->start, size);
         if (id < 0)
                 return 0;
-        return heap_push(w, (struct sbigram){v->score[id], left, right, size});
+        struct m40_bigram b = {-(double)v->score[id], left, right, size, id}; /* highest first */
+        return m40_bigram_heap_push(&w->heap, &b);
 }
 
 /* escape - optional ' ' + text with every ' ' as U+2581, into w->text; returns its length. */
@@ -151,6 +99,7 @@ int m40_spm_fragment(const struct m40_vocab *v, const char *text, size_t n, bool
                      struct m40_spm_work **work, struct m40_ids *out)
 {
         struct m40_spm_work *w = *work;
+        struct m40_bigram b;
         size_t len, ns = 0;
         int e;
 
@@ -174,11 +123,10 @@ int m40_spm_fragment(const struct m40_vocab *v, const char *text, size_t n, bool
                         w->sym[ns - 1].next = (int32_t)ns;
                 o += k;
         }
-        w->n_heap = 0;
+        m40_bigram_heap_clear(&w->heap);
         for (size_t i = 1; i < ns && !e; i++)
                 e = try_bigram(v, w, (int32_t)i - 1, (int32_t)i);
-        while (w->n_heap && !e) {
-                struct sbigram b = heap_pop(w);
+        while (!e && m40_bigram_heap_pop(&w->heap, &b)) {
                 struct ssym *l = &w->sym[b.left], *r = &w->sym[b.right];
                 if (!l->len || !r->len || l->len + r->len != b.size)
                         continue;

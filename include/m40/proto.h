@@ -21,6 +21,13 @@
  * again; the other side rings that doorbell (writes 1 to the eventfd) only when it sees the
  * flag set after publishing, so a wakeup costs a syscall only when someone sleeps.
  *
+ * Backpressure: the daemon never drops an event and buffers only a few per request (a
+ * bound independent of max_tokens) when a client's event ring is full: it stops
+ * generating for that client's requests until the client has read. Before it sleeps with
+ * events that did not fit, the daemon sets ev_waiting, issues a full fence and looks at
+ * ev_head again; a client that has advanced ev_head issues a full fence and, when it sees
+ * ev_waiting set, rings the client-to-daemon doorbell, so the daemon wakes and resumes.
+ *
  * All integers are in host byte order (the socket is local); all structs are fixed-size and
  * checked with static_assert. The daemon copies every entry and payload out of the region
  * before looking at it and validates the copy; it never trusts or re-reads shared memory. */
@@ -31,7 +38,7 @@
 #include <stdint.h>
 
 #define M40_PROTO_MAGIC   0x5030344du /* "M40P" */
-#define M40_PROTO_VERSION 1u
+#define M40_PROTO_VERSION 2u          /* 2: the ev_waiting word (event-ring backpressure) */
 
 /* Limits every implementation of this version honours. */
 #define M40_PROTO_MAX_MSG      4096u /* body bytes of one control message */
@@ -103,6 +110,7 @@ struct m40_proto_region {
         struct m40_proto_ctl ev_tail;         /* written by the daemon */
         struct m40_proto_ctl ev_head;         /* written by the client */
         struct m40_proto_ctl client_sleeping; /* written by the client */
+        struct m40_proto_ctl ev_waiting;      /* written by the daemon (backpressure) */
 };
 
 /* Submission entries. */
@@ -198,7 +206,7 @@ static_assert(sizeof(struct m40_proto_msg) == 8, "wire size");
 static_assert(sizeof(struct m40_proto_hello) == 16, "wire size");
 static_assert(sizeof(struct m40_proto_welcome) == 48, "wire size");
 static_assert(sizeof(struct m40_proto_status) == 256, "wire size");
-static_assert(sizeof(struct m40_proto_region) == 64 + 8 * 64, "wire size");
+static_assert(sizeof(struct m40_proto_region) == 64 + 9 * 64, "wire size");
 static_assert(sizeof(struct m40_proto_sub) == 96, "wire size");
 static_assert(sizeof(struct m40_proto_item) == 8, "wire size");
 static_assert(sizeof(struct m40_proto_ev) == 152, "wire size");

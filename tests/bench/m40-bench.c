@@ -3,8 +3,8 @@
  * Owns the command line, the measurements and the report (text or JSON) of the
  * benchmarks. Today: the GPU's properties and its device-to-device copy
  * bandwidth, the roofline every later figure is divided by (DESIGN.md §3, §7), and
- * with --matvec the matrix kernels on the 8B shapes (bench_matvec.c). Model
- * benchmarks (decode, prefill, load) arrive with the CUDA engine. */
+ * with --matvec the matrix kernels on the 8B shapes (bench_matvec.c), and with
+ * --model FILE a model on the CUDA engine: load, decode, prefill (bench_model.c). */
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -12,8 +12,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "bench_matvec.h"
+#include "bench_model.h"
 #include "cuda/device.h"
 #include "m40/error.h"
 
@@ -25,7 +27,8 @@ struct options {
         int iters;    /* 0: the library's default */
         int json;
         int matvec;
-        const char *output; /* also write the JSON here */
+        const char *output;            /* also write the JSON here */
+        struct bench_model_opts model; /* model.path NULL: no model benchmark */
 };
 
 static void help(void)
@@ -36,6 +39,9 @@ static void help(void)
                "SYNOPSIS\n"
                "       m40-bench [--device N] [--bytes SIZE] [--iters N] [--matvec]\n"
                "                 [--json] [--output FILE]\n"
+               "       m40-bench --model FILE [--batches LIST] [--tokens N] [--prompt N]\n"
+               "                 [--prefill N] [--prefill-reps N] [--no-load] [--no-load-cold]\n"
+               "                 [--no-decode] [--no-sgemm] [--quiet] [copy options]\n"
                "       m40-bench --help\n"
                "\n"
                "DESCRIPTION\n"
@@ -60,8 +66,48 @@ static void help(void)
                "       (2 x n_in x n_out x batch per call). Weights rotate over copies that\n"
                "       cover 3 x the L2 cache, so they come from DRAM as in decoding.\n"
                "\n"
-               "       Model benchmarks (decode and prefill tokens/s, model load time) are\n"
-               "       added with the CUDA engine; this program will run them then.\n"
+               "       With --model FILE it then measures the GGUF model FILE on the CUDA\n"
+               "       engine (the engine interface, as m40d drives it), in this order:\n"
+               "\n"
+               "       load   With the page cache warm (the file is read once first if it is\n"
+               "              not wholly resident) and then cold (before each test the file\n"
+               "              is fsync'ed and dropped with posix_fadvise(POSIX_FADV_DONTNEED);\n"
+               "              mincore() reports how much stayed resident), in GB/s of the\n"
+               "              tensor-data section: reading it into host memory (read(2) of\n"
+               "              16 MiB chunks; cold: O_DIRECT where the file system allows),\n"
+               "              the io_uring loader alone (m40_cuda_load_gguf into an arena,\n"
+               "              2 x 8 MiB pinned staging as the engine uses; warm, also once\n"
+               "              more with O_DIRECT off, through the page cache), and creating the\n"
+               "              engine (m40_cuda_engine_new: maps the file, uploads the tensor\n"
+               "              data, takes KV and scratch memory); each beside the read rate.\n"
+               "              Also the host-to-device copy rate from pinned memory (8 x 256\n"
+               "              MiB), the loader's other ceiling.\n"
+               "\n"
+               "       decode For each batch B of --batches: B sequences of --prompt tokens,\n"
+               "              greedy, ignore_eos, --tokens tokens each, admitted together;\n"
+               "              after every sequence has its first token, the steps in which\n"
+               "              every sequence decodes are timed (each step is synchronous).\n"
+               "              Reported: aggregate tokens/s, ms per step, the FP32 FLOP rate\n"
+               "              (2 x the parameters of the layer and output matrices x B per\n"
+               "              step) and its fraction of the GPU's FP32 peak (SMs x FP32\n"
+               "              lanes per SM for the compute capability x 2 x the clock the\n"
+               "              runtime reports); at batch 1 also the weight bytes read per\n"
+               "              token (every layer tensor, the output norm and matrix, one\n"
+               "              embedding row) / time per token, and its fraction of the copy\n"
+               "              bandwidth measured first: the decode roofline.\n"
+               "\n"
+               "       prefill One prompt of --prefill tokens in one step (the engine's\n"
+               "              max_batch_tokens is set to fit it), one untimed run, then the\n"
+               "              median of --prefill-reps runs: prompt tokens/s and GFLOP/s\n"
+               "              (2 x layer-matrix parameters x tokens, plus the one logits\n"
+               "              row), beside cuBLAS SGEMM (FP32, CUBLAS_DEFAULT_MATH: no TF32)\n"
+               "              of each layer matrix (n_out x n_in, from blk.0) times as many\n"
+               "              columns, the seven in the model's order once per layer, and\n"
+               "              the ratio of the two rates.\n"
+               "\n"
+               "       Model files for benchmarks come from m40-mkmodel (--random-blocks\n"
+               "       for the quantized types); tests/bench/run-model-bench.sh makes and\n"
+               "       measures the issue's shapes one by one.\n"
                "\n"
                "OPTIONS\n"
                "       -d, --device N\n"
@@ -80,18 +126,53 @@ static void help(void)
                "       -o, --output FILE\n"
                "              Also write the JSON object to FILE (the text still goes to\n"
                "              standard output).\n"
+               "       -M, --model FILE\n"
+               "              Benchmark the GGUF model FILE (see DESCRIPTION). The cold load\n"
+               "              tests drop FILE from the page cache: put it on a local disk.\n"
+               "       --batches LIST\n"
+               "              Decode batches, comma-separated, each 1..%d, at most %d\n"
+               "              (default 1,8,32,64). The engine gets as many sequence slots\n"
+               "              as the largest.\n"
+               "       --tokens N\n"
+               "              Tokens generated per decode sequence, 2..%d (default 128).\n"
+               "       --prompt N\n"
+               "              Prompt tokens per decode sequence, 1..4096 (default 16);\n"
+               "              --prompt + --tokens must stay below %d (the longest\n"
+               "              context the benchmark asks for).\n"
+               "       --prefill N\n"
+               "              Prompt tokens of the prefill test, 0..%d (default 512; 0: no\n"
+               "              prefill test).\n"
+               "       --prefill-reps N\n"
+               "              Timed prefill runs, 1..64 (default 3).\n"
+               "       --no-load\n"
+               "              Skip the load tests (warm and cold).\n"
+               "       --no-load-cold\n"
+               "              Skip the cold load tests (they write the file back and read\n"
+               "              it from disk three times: the slowest part for big files).\n"
+               "       --no-decode\n"
+               "              Skip the decode tests.\n"
+               "       --no-sgemm\n"
+               "              Skip the cuBLAS reference of the prefill test.\n"
+               "       -q, --quiet\n"
+               "              No progress notes on standard error.\n"
                "       -h, --help\n"
                "              Print this help and exit.\n"
                "\n"
                "EXIT STATUS\n"
-               "       0 measured; 1 no usable GPU, or a CUDA error (the reason is printed\n"
-               "       on standard error); 2 bad command line.\n"
+               "       0 measured; 1 no usable GPU, a CUDA error, or a model that cannot be\n"
+               "       read or run (the reason is printed on standard error; what was\n"
+               "       measured before it is still reported, the JSON with model.error\n"
+               "       set); 2 bad command line.\n"
                "\n"
                "EXAMPLES\n"
                "       m40-bench\n"
                "       m40-bench --device 1 --bytes 512M --iters 50 --json > bench.json\n"
-               "       m40-bench --matvec --output bench.json\n",
-               M40_CUDA_COPY_ITERS_MAX, M40_CUDA_COPY_ITERS_DEFAULT);
+               "       m40-bench --matvec --output bench.json\n"
+               "       m40-bench --model /tmp/8b-q4_0.gguf --json > model.json\n"
+               "       m40-bench --model 1b.gguf --batches 1,8 --tokens 64 --no-load-cold\n",
+               M40_CUDA_COPY_ITERS_MAX, M40_CUDA_COPY_ITERS_DEFAULT, BENCH_MODEL_MAX_BATCH,
+               BENCH_MODEL_MAX_BATCHES, BENCH_MODEL_MAX_TOKENS, BENCH_MODEL_MAX_CTX,
+               BENCH_MODEL_MAX_PREFILL);
 }
 
 /* "1073741824", "512M", "1GiB", "64k" -> bytes; -EINVAL or -ERANGE. */
@@ -146,18 +227,155 @@ static int parse_int(const char *s, int min, int max, int *ret)
         return 0;
 }
 
+/* "1,8,32,64" -> o->batches; -EINVAL. */
+static int parse_batches(const char *s, struct bench_model_opts *o)
+{
+        char buf[256], *tok, *save = NULL;
+        int v;
+
+        if (strlen(s) >= sizeof(buf))
+                return -EINVAL;
+        strcpy(buf, s);
+        o->n_batches = 0;
+        for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+                if (o->n_batches == BENCH_MODEL_MAX_BATCHES ||
+                    parse_int(tok, 1, BENCH_MODEL_MAX_BATCH, &v) < 0)
+                        return -EINVAL;
+                o->batches[o->n_batches++] = (uint32_t)v;
+        }
+        return o->n_batches ? 0 : -EINVAL;
+}
+
+enum {
+        O_BATCHES = 256,
+        O_TOKENS,
+        O_PROMPT,
+        O_PREFILL,
+        O_PREFILL_REPS,
+        O_NO_LOAD,
+        O_NO_COLD,
+        O_NO_DECODE,
+        O_NO_SGEMM
+};
+
+/* The model options; 0, or -EINVAL after printing why. */
+static int parse_model_opt(int c, const char *arg, struct bench_model_opts *m)
+{
+        int v = 0;
+
+        switch (c) {
+        case O_BATCHES:
+                if (parse_batches(arg, m) == 0)
+                        return 0;
+                fprintf(stderr,
+                        "m40-bench: --batches: not a list of up to %d batches in 1..%d: %s\n",
+                        BENCH_MODEL_MAX_BATCHES, BENCH_MODEL_MAX_BATCH, arg);
+                return -EINVAL;
+        case O_TOKENS:
+                if (parse_int(arg, 2, BENCH_MODEL_MAX_TOKENS, &v) == 0) {
+                        m->n_gen = (uint32_t)v;
+                        return 0;
+                }
+                fprintf(stderr, "m40-bench: --tokens: not a count in 2..%d: %s\n",
+                        BENCH_MODEL_MAX_TOKENS, arg);
+                return -EINVAL;
+        case O_PROMPT:
+                if (parse_int(arg, 1, 4096, &v) == 0) {
+                        m->prompt = (uint32_t)v;
+                        return 0;
+                }
+                fprintf(stderr, "m40-bench: --prompt: not a count in 1..4096: %s\n", arg);
+                return -EINVAL;
+        case O_PREFILL:
+                if (parse_int(arg, 0, BENCH_MODEL_MAX_PREFILL, &v) == 0) {
+                        m->prefill = (uint32_t)v;
+                        return 0;
+                }
+                fprintf(stderr, "m40-bench: --prefill: not a count in 0..%d: %s\n",
+                        BENCH_MODEL_MAX_PREFILL, arg);
+                return -EINVAL;
+        case O_PREFILL_REPS:
+                if (parse_int(arg, 1, 64, &v) == 0) {
+                        m->prefill_reps = (uint32_t)v;
+                        return 0;
+                }
+                fprintf(stderr, "m40-bench: --prefill-reps: not a count in 1..64: %s\n", arg);
+                return -EINVAL;
+        case O_NO_LOAD:
+                m->load = false;
+                return 0;
+        case O_NO_COLD:
+                m->load_cold = false;
+                return 0;
+        case O_NO_DECODE:
+                m->n_batches = 0;
+                return 0;
+        case O_NO_SGEMM:
+                m->sgemm = false;
+                return 0;
+        default:
+                return -EINVAL;
+        }
+}
+
 static int parse_args(int argc, char **argv, struct options *o)
 {
         static const struct option longopts[] = {
-                {"device", required_argument, NULL, 'd'}, {"bytes", required_argument, NULL, 'b'},
-                {"iters", required_argument, NULL, 'n'},  {"json", no_argument, NULL, 'j'},
-                {"matvec", no_argument, NULL, 'm'},       {"output", required_argument, NULL, 'o'},
-                {"help", no_argument, NULL, 'h'},         {},
+                {"device", required_argument, NULL, 'd'},
+                {"bytes", required_argument, NULL, 'b'},
+                {"iters", required_argument, NULL, 'n'},
+                {"json", no_argument, NULL, 'j'},
+                {"matvec", no_argument, NULL, 'm'},
+                {"output", required_argument, NULL, 'o'},
+                {"model", required_argument, NULL, 'M'},
+                {"batches", required_argument, NULL, O_BATCHES},
+                {"tokens", required_argument, NULL, O_TOKENS},
+                {"prompt", required_argument, NULL, O_PROMPT},
+                {"prefill", required_argument, NULL, O_PREFILL},
+                {"prefill-reps", required_argument, NULL, O_PREFILL_REPS},
+                {"no-load", no_argument, NULL, O_NO_LOAD},
+                {"no-load-cold", no_argument, NULL, O_NO_COLD},
+                {"no-decode", no_argument, NULL, O_NO_DECODE},
+                {"no-sgemm", no_argument, NULL, O_NO_SGEMM},
+                {"quiet", no_argument, NULL, 'q'},
+                {"help", no_argument, NULL, 'h'},
+                {},
         };
+        struct bench_model_opts *m = &o->model;
         int c;
 
-        while ((c = getopt_long(argc, argv, "d:b:n:jmo:h", longopts, NULL)) >= 0) {
+        *m = (struct bench_model_opts){
+                .batches = {1, 8, 32, 64},
+                .n_batches = 4,
+                .n_gen = 128,
+                .prompt = 16,
+                .prefill = 512,
+                .prefill_reps = 3,
+                .load = true,
+                .load_cold = true,
+                .sgemm = true,
+                .verbose = true,
+        };
+        while ((c = getopt_long(argc, argv, "d:b:n:jmo:M:qh", longopts, NULL)) >= 0) {
                 switch (c) {
+                case 'M':
+                        m->path = optarg;
+                        break;
+                case 'q':
+                        m->verbose = false;
+                        break;
+                case O_BATCHES:
+                case O_TOKENS:
+                case O_PROMPT:
+                case O_PREFILL:
+                case O_PREFILL_REPS:
+                case O_NO_LOAD:
+                case O_NO_COLD:
+                case O_NO_DECODE:
+                case O_NO_SGEMM:
+                        if (parse_model_opt(c, optarg, m) < 0)
+                                return -EINVAL;
+                        break;
                 case 'd':
                         if (parse_int(optarg, 0, INT_MAX, &o->device) < 0) {
                                 fprintf(stderr, "m40-bench: --device: not a device ordinal: %s\n",
@@ -200,6 +418,14 @@ static int parse_args(int argc, char **argv, struct options *o)
                 fprintf(stderr, "m40-bench: unexpected argument: %s\n", argv[optind]);
                 return -EINVAL;
         }
+        if (m->prompt + m->n_gen + 1 > BENCH_MODEL_MAX_CTX) {
+                fprintf(stderr,
+                        "m40-bench: --prompt %u + --tokens %u do not fit the CUDA "
+                        "engine's %d positions\n",
+                        m->prompt, m->n_gen, BENCH_MODEL_MAX_CTX);
+                return -EINVAL;
+        }
+        m->device = o->device;
         return 0;
 }
 
@@ -220,7 +446,8 @@ static void json_string(FILE *f, const char *s)
 }
 
 static void print_json(FILE *f, const struct m40_cuda_device_info *in,
-                       const struct m40_cuda_copy_bandwidth *bw, const struct bench_mv *mv)
+                       const struct m40_cuda_copy_bandwidth *bw, const struct bench_mv *mv,
+                       const struct bench_model *model)
 {
         fprintf(f, "{\"tool\":\"m40-bench\",\"format\":1,");
         fprintf(f, "\"device\":{\"ordinal\":%d,\"name\":", in->ordinal);
@@ -246,6 +473,10 @@ static void print_json(FILE *f, const struct m40_cuda_device_info *in,
         if (mv) {
                 fputc(',', f);
                 bench_matvec_json(mv, f);
+        }
+        if (model) {
+                fputc(',', f);
+                bench_model_json(model, f);
         }
         fprintf(f, "}\n");
 }
@@ -282,7 +513,8 @@ static void print_text(const struct m40_cuda_device_info *in,
 
 /* The JSON object also goes to path; 0 or 1 (failure, reported). */
 static int write_output(const char *path, const struct m40_cuda_device_info *in,
-                        const struct m40_cuda_copy_bandwidth *bw, const struct bench_mv *mv)
+                        const struct m40_cuda_copy_bandwidth *bw, const struct bench_mv *mv,
+                        const struct bench_model *model)
 {
         FILE *f = fopen(path, "w");
 
@@ -290,7 +522,7 @@ static int write_output(const char *path, const struct m40_cuda_device_info *in,
                 fprintf(stderr, "m40-bench: cannot write %s: %s\n", path, strerror(errno));
                 return 1;
         }
-        print_json(f, in, bw, mv);
+        print_json(f, in, bw, mv, model);
         if (fclose(f) != 0) {
                 fprintf(stderr, "m40-bench: cannot write %s: %s\n", path, strerror(errno));
                 return 1;
@@ -304,8 +536,10 @@ int main(int argc, char **argv)
         struct m40_cuda_copy_bandwidth bw;
         struct m40_cuda_device *d = NULL;
         static struct bench_mv mv;
+        static struct bench_model model;
+        const struct bench_model *mp = NULL;
         char err[512] = "";
-        int r, rc = 0;
+        int r, rc = 0, mv_failed = 0;
 
         r = parse_args(argc, argv, &o);
         if (r > 0)
@@ -313,6 +547,10 @@ int main(int argc, char **argv)
         if (r < 0) {
                 fprintf(stderr, "Try 'm40-bench --help'.\n");
                 return EXIT_USAGE;
+        }
+        if (o.model.path && access(o.model.path, R_OK) < 0) {
+                fprintf(stderr, "m40-bench: %s: %s\n", o.model.path, strerror(errno));
+                return 1;
         }
 
         r = m40_cuda_device_open(o.device, &d, err, sizeof(err));
@@ -338,15 +576,30 @@ int main(int argc, char **argv)
                 if (r < 0) {
                         fprintf(stderr, "m40-bench: matvec benchmark failed: %s\n", err);
                         rc = 1;
+                        mv_failed = 1;
                 } else if (!o.json) {
                         bench_matvec_text(&mv, stdout);
                 }
         }
+        if (o.model.path) {
+                fflush(stdout);
+                o.model.copy_gbs = bw.best_gbs;
+                r = bench_model_run(&o.model, &model, err, sizeof(err));
+                if (r < 0) {
+                        fprintf(stderr, "m40-bench: model benchmark of %s failed: %s\n",
+                                o.model.path, err[0] ? err : m40_strerror(r));
+                        rc = 1;
+                }
+                if (!o.json)
+                        bench_model_text(&model, stdout);
+                mp = &model;
+        }
         if (o.json)
-                print_json(stdout, m40_cuda_device_info(d), &bw, o.matvec && rc == 0 ? &mv : NULL);
+                print_json(stdout, m40_cuda_device_info(d), &bw,
+                           o.matvec && !mv_failed ? &mv : NULL, mp);
         if (o.output)
                 rc |= write_output(o.output, m40_cuda_device_info(d), &bw,
-                                   o.matvec && rc == 0 ? &mv : NULL);
+                                   o.matvec && !mv_failed ? &mv : NULL, mp);
         m40_cuda_device_free(d);
         return rc;
 }

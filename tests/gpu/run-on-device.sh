@@ -16,7 +16,11 @@
 # The caller first runs `source .devdeps/use.sh` (liburing, inih, libsystemd,
 # cmocka, pcre2). Logs go to ${OUT:-/tmp}/gpu-logs/; the benchmark JSON to
 # $OUT/bench.json when OUT is set. SKIP_UNIT=1 skips the unit suite;
-# BENCH_ARGS replaces m40-bench's arguments (default --matvec).
+# BENCH_ARGS replaces m40-bench's arguments (default --matvec). MODELS="SHAPE:TYPE ..."
+# then runs the model benchmarks (tests/bench/run-model-bench.sh, results under $OUT)
+# before the sanitizers; SANITIZE=0 skips the sanitizers; DEADLINE=S (seconds from the
+# start) skips the steps that would start after it and caps the model benchmarks, so
+# one device call (600 s at most) always comes back with its summary.
 set -uo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 1
@@ -27,9 +31,10 @@ LOGS=${OUT:-/tmp}/gpu-logs
 BENCH_JSON=${OUT:+$OUT/bench.json}
 BENCH_JSON=${BENCH_JSON:-$LOGS/bench.json}
 BENCH_ARGS=${BENCH_ARGS:---matvec}
-GPU_TESTS=(test_device test_alloc test_loader test_matvec test_cuda_engine)
+GPU_TESTS=(test_device test_alloc test_loader test_matvec test_ops test_gemm test_sample test_cuda_engine)
 GPU_TARGETS=(tests/gpu/test_device tests/gpu/test_alloc tests/gpu/test_loader
-        tests/gpu/test_matvec tests/gpu/loader_q4km.gguf tests/bench/m40-bench
+        tests/gpu/test_matvec tests/gpu/test_ops tests/gpu/loader_q4km.gguf tests/bench/m40-bench
+        tests/gpu/test_gemm tests/gpu/test_sample
         tests/gpu/test_cuda_engine tests/gpu/engine_135m_q4_1.gguf)
 for t in f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k q4_k_m; do
         GPU_TARGETS+=("tests/gpu/engine_tiny_$t.gguf")
@@ -41,6 +46,20 @@ mkdir -p "$LOGS"
 
 failed=()
 declare -A status
+T0=$(date +%s)
+DEADLINE=${DEADLINE:-0}
+SANITIZE=${SANITIZE:-1}
+MODELS=${MODELS:-}
+
+# late NAME: true (and NAME marked skipped) when DEADLINE has passed.
+late() {
+        if [ "$DEADLINE" -gt 0 ] && [ $(($(date +%s) - T0)) -ge "$DEADLINE" ]; then
+                status[$1]="skipped: past DEADLINE=$DEADLINE s"
+                echo "=== $1: skipped: past the deadline"
+                return 0
+        fi
+        return 1
+}
 
 # step NAME CMD...: run CMD, output to the terminal and $LOGS/NAME.log.
 step() {
@@ -126,6 +145,12 @@ else
         skip bench "m40-bench not built"
 fi
 
+if [ -n "$MODELS" ] && ! late models; then
+        left=$((DEADLINE > 0 ? DEADLINE - ($(date +%s) - T0) : 560))
+        # shellcheck disable=SC2086 # MODELS is a list of words
+        BUDGET=$left BUILD=$BUILD OUT=${OUT:-/tmp} step models tests/bench/run-model-bench.sh $MODELS
+fi
+
 # test NAME -> its command line (test_loader takes the model and a scratch folder)
 test_cmd() {
         case $1 in
@@ -138,21 +163,24 @@ test_cmd() {
 sanitizer=$(command -v compute-sanitizer || true)
 [ -z "$sanitizer" ] && [ -x /usr/local/cuda/bin/compute-sanitizer ] && sanitizer=/usr/local/cuda/bin/compute-sanitizer
 sanitized=()
+[ "$SANITIZE" = 1 ] || sanitizer=""
 for t in "${GPU_TESTS[@]}"; do
         if [ -z "$sanitizer" ] || [ ! -x "$BUILD/tests/gpu/$t" ]; then
-                skip "memcheck-$t" "no compute-sanitizer or no $t"
+                skip "memcheck-$t" "no compute-sanitizer, SANITIZE=0 or no $t"
                 continue
         fi
+        late "memcheck-$t" && { sanitized+=("memcheck-$t"); continue; }
         # shellcheck disable=SC2046 # the command line is words
         M40_TEST_QUICK=1 M40_TEST_COPY_BYTES=$((64 << 20)) step "memcheck-$t" timeout 240 \
                 "$sanitizer" --tool memcheck --leak-check full --error-exitcode 3 $(test_cmd "$t")
         sanitized+=("memcheck-$t")
 done
-for t in test_matvec test_cuda_engine; do
+for t in test_matvec test_ops test_sample test_cuda_engine; do
         if [ -z "$sanitizer" ] || [ ! -x "$BUILD/tests/gpu/$t" ]; then
-                skip "racecheck-$t" "no compute-sanitizer or no $t"
+                skip "racecheck-$t" "no compute-sanitizer, SANITIZE=0 or no $t"
                 continue
         fi
+        late "racecheck-$t" && { sanitized+=("racecheck-$t"); continue; }
         # shellcheck disable=SC2046
         M40_TEST_QUICK=2 step "racecheck-$t" timeout 240 "$sanitizer" --tool racecheck \
                 --racecheck-report all --error-exitcode 3 $(test_cmd "$t")
@@ -181,7 +209,7 @@ echo
 echo "=== m40-llm GPU run summary (logs: $LOGS)"
 printf '%-10s %s\n' device "${dev:-?} (compute capability ${cc:-?})"
 printf '%-10s %s\n' nvcc "${nvcc_v:-?} (built for sm_$CUDA_ARCH)"
-for s in setup build build-gpu unit gpu bench "${sanitized[@]}"; do
+for s in setup build build-gpu unit gpu bench models "${sanitized[@]}"; do
         [ -n "${status[$s]:-}" ] || continue
         line=${status[$s]}
         if { [ "$s" = unit ] || [ "$s" = gpu ]; } && [ -f "$LOGS/$s.log" ]; then
@@ -198,6 +226,10 @@ fi
 if [ -f "$LOGS/gpu.log" ] && grep -q 'greedy' "$LOGS/gpu.log"; then
         echo "engine     CUDA vs CPU engine (f32), greedy tokens and last logits:"
         grep -o '[a-zA-Z0-9_.]*\.gguf *[a-z]* *seq [0-9]*: greedy.*' "$LOGS/gpu.log" | sed 's/^/           /'
+fi
+if [ -n "$MODELS" ] && [ -f "${OUT:-/tmp}/model-summary.txt" ]; then
+        echo "models     (tests/bench/run-model-bench.sh)"
+        sed 's/^/           /' "${OUT:-/tmp}/model-summary.txt"
 fi
 if [ "${#failed[@]}" -gt 0 ]; then
         printf '%-10s %s\n' result "FAIL: ${failed[*]}"

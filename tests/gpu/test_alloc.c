@@ -211,9 +211,10 @@ static void check_pools(struct m40_cuda_device *d)
         CHECK(m40_cuda_staging(a, 3) == NULL, "staging 3 exists");
         CHECK(cudaDeviceSynchronize() == cudaSuccess, "copies from staging failed");
 
-        /* Nothing above allocated device memory. */
-        CHECK(cudaMemGetInfo(&free1, &total) == cudaSuccess && free1 == free0,
-              "free GPU memory moved from %zu to %zu while using the pools", free0, free1);
+        /* Nothing above allocated device memory: free memory did not go down (it may go
+         * up: the runtime releases memory of its own at times; seen on an H100, +2 MiB). */
+        CHECK(cudaMemGetInfo(&free1, &total) == cudaSuccess && free1 >= free0,
+              "free GPU memory went down from %zu to %zu while using the pools", free0, free1);
         a = m40_cuda_alloc_free(a);
         CHECK(a == NULL, "free did not return NULL");
 }
@@ -223,6 +224,11 @@ int main(void)
         struct m40_cuda_device *d;
         int code;
 
+        /* Load every kernel module when the context is made, not at first use: lazy
+         * loading takes device memory in the middle of the free-memory checks below
+         * (seen: 6 MiB on an H100 once the library held the attention and sampling
+         * kernels). Before any CUDA call. */
+        setenv("CUDA_MODULE_LOADING", "EAGER", 1);
         d = gpu_open(&code);
         if (!d)
                 return code;

@@ -120,6 +120,14 @@ static int load_case(struct m40_cuda_device *d, const struct m40_gguf *g, const 
         int r, refused = 0;
 
         CHECK(m40_cuda_load_plan(g, &need) == 0, "load_plan");
+        if (direct) { /* out of the page cache, or the loader reads through it instead */
+                int fd = open(m40_gguf_path(g), O_RDONLY);
+
+                if (fd >= 0) {
+                        (void)posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+                        close(fd);
+                }
+        }
         a = make_alloc(d, need, chunk, nbuf);
         if (!a)
                 return 0;
@@ -255,7 +263,10 @@ static void check_range(struct m40_cuda_device *d, const char *path, uint64_t si
         for (int io = M40_CUDA_LOAD_AUTO; io <= M40_CUDA_LOAD_PREAD; io++) {
                 struct m40_cuda_load_opts o = {.io = io};
 
-                CHECK(cudaMemset(dst, 0, n) == cudaSuccess, "memset");
+                /* the loader's stream does not wait for the legacy stream's memset */
+                CHECK(cudaMemset(dst, 0, n) == cudaSuccess &&
+                              cudaDeviceSynchronize() == cudaSuccess,
+                      "memset");
                 r = m40_cuda_load_range(a, path, off, n, dst, &o, NULL, err, sizeof(err));
                 if (r < 0 && io == M40_CUDA_LOAD_URING)
                         continue; /* refused here: load_case reports it */

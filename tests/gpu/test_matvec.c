@@ -4,7 +4,8 @@
  * Q5_K Q6_K), several shapes with ragged edges (rows not a multiple of the 4-row warp
  * groups or 64-row tiles, row lengths not a multiple of 256 / 8 / 4, batches not a
  * multiple of the tile), and batches 1..64 through each kernel (m40_cuda_matvec,
- * m40_cuda_matmul_tiled, m40_cuda_matmul), every output element equals the reference
+ * m40_cuda_matmul_tiled, m40_cuda_matmul, m40_cuda_matmul_n with two and three matrices,
+ * m40_cuda_matvec_add on random prior y), every output element equals the reference
  * within the type's bound (both tile sizes of the tiled kernel: a tall matrix makes it
  * take the large one), and no element outside the output is written (y is poisoned
  * with NaN first, guard columns and a guard row stay poisoned). Also the argument
@@ -67,8 +68,8 @@ static const struct tcase types[MAX_TYPES] = {
         {M40_GGML_Q4_K, 1e-5}, {M40_GGML_Q5_K, 1e-5}, {M40_GGML_Q6_K, 1e-5},
 };
 
-enum { K_MATVEC, K_TILED, K_AUTO, K_COUNT };
-static const char *const kname[K_COUNT] = {"matvec", "tiled", "auto"};
+enum { K_MATVEC, K_TILED, K_AUTO, K_MULTI, K_ADD, K_COUNT };
+static const char *const kname[K_COUNT] = {"matvec", "tiled", "auto", "multi", "add"};
 
 /* The worst error seen per type and kernel, and how many outputs were checked. */
 static double worst[MAX_TYPES][K_COUNT];
@@ -147,47 +148,14 @@ static int is_poison(float v)
         return u == 0xffffffffu;
 }
 
-/* Run kernel `k` for batch columns and check every output and guard. */
-static void run_case(const struct mat *m, int ti, int k, uint32_t batch)
+/* Check y (batch + 1 rows of ldy: guard columns and a guard row) of matrix m against
+ * the reference for x (batch rows of ldx); counts into kernel k's figures. */
+static void check_y(const struct mat *m, int ti, int k, uint32_t batch, const float *x, size_t ldx,
+                    const float *y, const float *y0, size_t ldy)
 {
-        const size_t ldx = ((size_t)m->n_in + 3 + 4 * (batch & 1)) & ~(size_t)3;
-        const size_t ldy = (size_t)m->n_out + 3; /* 3 guard columns per row */
-        const size_t ny = ldy * (batch + 1);     /* and a guard row */
-        const struct m40_cuda_matrix w = {m->dev, m->type, m->n_in, m->n_out, m->row_bytes};
-        float *x = malloc(sizeof(float) * ldx * batch), *y = malloc(sizeof(float) * ny);
-        float *dx = NULL, *dy = NULL;
         double maxe = 0.0;
-        int r, bad = 0;
+        int bad = 0;
 
-        if (!x || !y) {
-                fail("out of host memory");
-                goto out;
-        }
-        for (size_t i = 0; i < ldx * batch; i++)
-                x[i] = rng_normal(&seed);
-        if (cudaMalloc((void **)&dx, sizeof(float) * ldx * batch) != cudaSuccess ||
-            cudaMalloc((void **)&dy, sizeof(float) * ny) != cudaSuccess ||
-            cudaMemcpy(dx, x, sizeof(float) * ldx * batch, cudaMemcpyHostToDevice) != cudaSuccess ||
-            cudaMemset(dy, 0xff, sizeof(float) * ny) != cudaSuccess) {
-                fail("device buffers: %s", cudaGetErrorString(cudaGetLastError()));
-                goto out;
-        }
-        if (k == K_MATVEC)
-                r = m40_cuda_matvec(&w, dx, ldx, dy, ldy, batch, NULL);
-        else if (k == K_TILED)
-                r = m40_cuda_matmul_tiled(&w, dx, ldx, dy, ldy, batch, NULL);
-        else
-                r = m40_cuda_matmul(&w, dx, ldx, dy, ldy, batch, NULL);
-        if (r < 0) {
-                fail("%s %s %ux%u batch %u: %d (%s) %s", kname[k], m40_ggml_type_name(m->type),
-                     m->n_out, m->n_in, batch, r, m40_strerror(r), m40_cuda_last_error());
-                goto out;
-        }
-        if (cudaMemcpy(y, dy, sizeof(float) * ny, cudaMemcpyDeviceToHost) != cudaSuccess) {
-                fail("%s %s: kernel failed: %s", kname[k], m40_ggml_type_name(m->type),
-                     cudaGetErrorString(cudaGetLastError()));
-                goto out;
-        }
         for (uint32_t c = 0; c <= batch && bad < 3; c++)
                 for (size_t o = 0; o < ldy && bad < 3; o++) {
                         const float got = y[c * ldy + o];
@@ -209,6 +177,10 @@ static void run_case(const struct mat *m, int ti, int k, uint32_t batch)
                                 ref += p;
                                 mag += fabs(p);
                         }
+                        if (y0) { /* K_ADD: y held y0 before */
+                                ref += (double)y0[c * ldy + o];
+                                mag += fabs((double)y0[c * ldy + o]);
+                        }
                         e = fabs((double)got - ref) / (mag > 0.0 ? mag : 1.0);
                         if (!isfinite(got) || !(e <= types[ti].bound)) {
                                 fail("%s %s %ux%u batch %u: y[%u][%zu] = %.9g, reference "
@@ -223,11 +195,123 @@ static void run_case(const struct mat *m, int ti, int k, uint32_t batch)
                 }
         if (maxe > worst[ti][k])
                 worst[ti][k] = maxe;
+}
+
+/* Run kernel `k` on the n matrices ms (n > 1: K_MULTI, one m40_cuda_matmul_n call; all
+ * of one type and n_in) for batch columns and check every output and guard. */
+static void run_case_n(const struct mat *ms, uint32_t n, int ti, int k, uint32_t batch)
+{
+        const struct mat *m = &ms[0];
+        const size_t ldx = ((size_t)m->n_in + 3 + 4 * (batch & 1)) & ~(size_t)3;
+        struct m40_cuda_matrix w[M40_CUDA_MATMUL_MAX_MATS];
+        size_t ldy[M40_CUDA_MATMUL_MAX_MATS], ny[M40_CUDA_MATMUL_MAX_MATS];
+        float *dys[M40_CUDA_MATMUL_MAX_MATS] = {NULL}, *ys[M40_CUDA_MATMUL_MAX_MATS] = {NULL};
+        float *y0 = NULL; /* K_ADD: what y held before */
+        float *x = malloc(sizeof(float) * ldx * batch), *dx = NULL;
+        int r;
+
+        if (!x) {
+                fail("out of host memory");
+                goto out;
+        }
+        for (size_t i = 0; i < ldx * batch; i++)
+                x[i] = rng_normal(&seed);
+        if (cudaMalloc((void **)&dx, sizeof(float) * ldx * batch) != cudaSuccess ||
+            cudaMemcpy(dx, x, sizeof(float) * ldx * batch, cudaMemcpyHostToDevice) != cudaSuccess) {
+                fail("device buffers: %s", cudaGetErrorString(cudaGetLastError()));
+                goto out;
+        }
+        for (uint32_t i = 0; i < n; i++) {
+                w[i] = (struct m40_cuda_matrix){ms[i].dev, ms[i].type, ms[i].n_in, ms[i].n_out,
+                                                ms[i].row_bytes};
+                ldy[i] = (size_t)ms[i].n_out + 3 + i; /* guard columns per row */
+                ny[i] = ldy[i] * (batch + 1);         /* and a guard row */
+                ys[i] = malloc(sizeof(float) * ny[i]);
+                if (!ys[i] || cudaMalloc((void **)&dys[i], sizeof(float) * ny[i]) != cudaSuccess ||
+                    cudaMemset(dys[i], 0xff, sizeof(float) * ny[i]) != cudaSuccess) {
+                        fail("buffers: %s", cudaGetErrorString(cudaGetLastError()));
+                        goto out;
+                }
+        }
+        if (k == K_ADD) { /* y: random values where the output goes, poison around them */
+                y0 = malloc(sizeof(float) * ny[0]);
+                if (!y0) {
+                        fail("out of host memory");
+                        goto out;
+                }
+                memset(y0, 0xff, sizeof(float) * ny[0]);
+                for (uint32_t c = 0; c < batch; c++)
+                        for (uint32_t o = 0; o < m->n_out; o++)
+                                y0[c * ldy[0] + o] = rng_normal(&seed);
+                if (cudaMemcpy(dys[0], y0, sizeof(float) * ny[0], cudaMemcpyHostToDevice) !=
+                    cudaSuccess) {
+                        fail("y upload: %s", cudaGetErrorString(cudaGetLastError()));
+                        goto out;
+                }
+        }
+        if (k == K_MATVEC)
+                r = m40_cuda_matvec(&w[0], dx, ldx, dys[0], ldy[0], batch, NULL);
+        else if (k == K_TILED)
+                r = m40_cuda_matmul_tiled(&w[0], dx, ldx, dys[0], ldy[0], batch, NULL);
+        else if (k == K_AUTO)
+                r = m40_cuda_matmul(&w[0], dx, ldx, dys[0], ldy[0], batch, NULL);
+        else if (k == K_ADD)
+                r = m40_cuda_matvec_add(&w[0], dx, ldx, dys[0], ldy[0], batch, NULL);
+        else
+                r = m40_cuda_matmul_n(w, n, dx, ldx, dys, ldy, batch, NULL);
+        if (r < 0) {
+                fail("%s %s %ux%u (%u matrices) batch %u: %d (%s) %s", kname[k],
+                     m40_ggml_type_name(m->type), m->n_out, m->n_in, n, batch, r, m40_strerror(r),
+                     m40_cuda_last_error());
+                goto out;
+        }
+        for (uint32_t i = 0; i < n; i++) {
+                if (cudaMemcpy(ys[i], dys[i], sizeof(float) * ny[i], cudaMemcpyDeviceToHost) !=
+                    cudaSuccess) {
+                        fail("%s %s: kernel failed: %s", kname[k], m40_ggml_type_name(m->type),
+                             cudaGetErrorString(cudaGetLastError()));
+                        goto out;
+                }
+                check_y(&ms[i], ti, k, batch, x, ldx, ys[i], y0, ldy[i]);
+        }
 out:
+        for (uint32_t i = 0; i < n; i++) {
+                cudaFree(dys[i]);
+                free(ys[i]);
+        }
         cudaFree(dx);
-        cudaFree(dy);
         free(x);
-        free(y);
+        free(y0);
+}
+
+static void run_case(const struct mat *m, int ti, int k, uint32_t batch)
+{
+        run_case_n(m, 1, ti, k, batch);
+}
+
+/* Several matrices in one call (a layer's q, k, v; gate and up): row counts that are
+ * not multiples of the warps' row groups, so the groups of one matrix end inside a
+ * block whose other warps work on the next; batches through both kernels. */
+static void run_multi(int ti, int quick)
+{
+        static const uint32_t rows[] = {101, 33, 67};
+        static const uint32_t batches[] = {1, 2, 5, 8, 9, 40};
+        const uint32_t bs = m40_ggml_type_info(types[ti].type)->block_size;
+        const uint32_t n_in = bs == 256 ? 512 : bs == 32 ? 576 : 1003;
+        struct mat ms[3];
+        uint32_t made = 0;
+
+        for (; made < 3; made++)
+                if (mat_make(&ms[made], types[ti].type, n_in, rows[made]) < 0)
+                        goto out;
+        for (size_t i = 0; i < sizeof(batches) / sizeof(batches[0]); i++)
+                if (!quick || i % 2 == 0) {
+                        run_case_n(ms, 3, ti, K_MULTI, batches[i]);
+                        run_case_n(ms, 2, ti, K_MULTI, batches[i]);
+                }
+out:
+        while (made > 0)
+                mat_free(&ms[--made]);
 }
 
 static const uint32_t b_matvec[] = {1, 2, 3, 4, 5, 8};
@@ -251,6 +335,22 @@ static void run_tall(int ti)
         mat_free(&m);
 }
 
+/* Long rows (odd block counts) over thousands of rows, the shape of the large decode
+ * matrices: each lane walks many pieces of a row, warps split rows at most in two. */
+static void run_wide(int ti)
+{
+        const uint32_t bs = m40_ggml_type_info(types[ti].type)->block_size;
+        struct mat m;
+
+        if (bs == 1 || mat_make(&m, types[ti].type, bs == 32 ? 32 * 233 : 256 * 29, 9001) < 0)
+                return;
+        run_case(&m, ti, K_MATVEC, 1);
+        run_case(&m, ti, K_MATVEC, 2);
+        run_case(&m, ti, K_MATVEC, 5);
+        run_case(&m, ti, K_MATVEC, 8);
+        mat_free(&m);
+}
+
 static void run_matrix(int ti, uint32_t n_in, uint32_t n_out, int quick)
 {
         struct mat m;
@@ -265,6 +365,9 @@ static void run_matrix(int ti, uint32_t n_in, uint32_t n_out, int quick)
                         run_case(&m, ti, K_TILED, b_tiled[i]);
         for (size_t i = 0; i < sizeof(b_auto) / sizeof(b_auto[0]); i++)
                 run_case(&m, ti, K_AUTO, b_auto[i]);
+        run_case(&m, ti, K_ADD, 1);
+        if (!quick)
+                run_case(&m, ti, K_ADD, 5);
         mat_free(&m);
 }
 
@@ -336,6 +439,30 @@ static void check_arguments(void)
         CHECK(!m40_cuda_matmul_supports(M40_GGML_Q2_K) && m40_cuda_matmul_supports(M40_GGML_Q6_K),
               "m40_cuda_matmul_supports");
         w.type = M40_GGML_Q4_0;
+        {
+                struct m40_cuda_matrix ws[4] = {w, w, w, w};
+                float *ys[4] = {dy, dy + 16, dy + 32, dy + 48};
+                const size_t lds[4] = {8, 8, 8, 8};
+
+                CHECK(m40_cuda_matmul_n(ws, 3, dx, 64, ys, lds, 2, NULL) == 0,
+                      "valid matmul_n refused");
+                CHECK(m40_cuda_matmul_n(ws, 0, dx, 64, ys, lds, 1, NULL) == -EINVAL,
+                      "matmul_n of 0 matrices accepted");
+                CHECK(m40_cuda_matmul_n(ws, 4, dx, 64, ys, lds, 1, NULL) == -EINVAL,
+                      "matmul_n of 4 matrices accepted");
+                ys[1] = dy + 8;
+                CHECK(m40_cuda_matmul_n(ws, 2, dx, 64, ys, lds, 2, NULL) == -EINVAL,
+                      "matmul_n with overlapping outputs accepted");
+                ys[1] = dy + 16;
+                ws[1].type = M40_GGML_Q4_1;
+                ws[1].row_bytes = 40;
+                CHECK(m40_cuda_matmul_n(ws, 2, dx, 64, ys, lds, 1, NULL) == -EINVAL,
+                      "matmul_n of two types accepted");
+                ws[1] = w;
+                ws[2].n_in = 32;
+                CHECK(m40_cuda_matmul_n(ws, 3, dx, 64, ys, lds, 1, NULL) == -EINVAL,
+                      "matmul_n of two row lengths accepted");
+        }
         w.data = (const uint8_t *)m.dev + 2;
         CHECK(m40_cuda_matmul(&w, dx, 64, dy, 8, 1, NULL) == -EINVAL, "misaligned W accepted");
         CHECK(cudaDeviceSynchronize() == cudaSuccess, "the valid call failed on the device");
@@ -364,17 +491,21 @@ int main(void)
                 if (quick >= 2 && t != M40_GGML_F16 && t != M40_GGML_Q4_0 && t != M40_GGML_Q6_K)
                         continue;
                 run_type(ti, quick);
+                run_multi(ti, quick);
                 if (quick < 2)
                         run_tall(ti);
+                if (!quick)
+                        run_wide(ti);
         }
 
-        printf("%-5s %-8s %10s %10s %10s %8s\n", "type", "bound", "matvec", "tiled", "auto",
-               "outputs");
+        printf("%-5s %-8s %10s %10s %10s %10s %10s %8s\n", "type", "bound", "matvec", "tiled",
+               "auto", "multi", "add", "outputs");
         for (int ti = 0; ti < MAX_TYPES; ti++)
-                printf("%-5s %-8.0e %10.2e %10.2e %10.2e %8" PRIu64 "\n",
+                printf("%-5s %-8.0e %10.2e %10.2e %10.2e %10.2e %10.2e %8" PRIu64 "\n",
                        m40_ggml_type_name(types[ti].type), types[ti].bound, worst[ti][K_MATVEC],
-                       worst[ti][K_TILED], worst[ti][K_AUTO],
-                       checked[ti][K_MATVEC] + checked[ti][K_TILED] + checked[ti][K_AUTO]);
+                       worst[ti][K_TILED], worst[ti][K_AUTO], worst[ti][K_MULTI], worst[ti][K_ADD],
+                       checked[ti][K_MATVEC] + checked[ti][K_TILED] + checked[ti][K_AUTO] +
+                               checked[ti][K_MULTI] + checked[ti][K_ADD]);
         printf("(max |y - ref| / sum|w x| per type and kernel)\n");
         m40_cuda_device_free(d);
         return finish();

@@ -1,7 +1,8 @@
 /* test_text.c - unit tests of daemon/text: UTF-8 helpers, SPM and BPE tokenization on tiny
- * in-memory vocabularies, special-token parsing, the streaming detokenizer (UTF-8 holding
- * back, U+FFFD replacement, SPM leading space), chat formatting and detection, error
- * reporting, concurrent use; plus a few known ids of stories260K when it is present.
+ * in-memory vocabularies, their merge-candidate queue (order, ties, growth), special-token
+ * parsing, the streaming detokenizer (UTF-8 holding back, U+FFFD replacement, SPM leading
+ * space), chat formatting and detection, error reporting, concurrent use; plus a few known
+ * ids of stories260K when it is present.
  * Usage: test_text [SOURCE_ROOT]. Exit 0 pass, 1 fail. */
 #include <errno.h>
 #include <pthread.h>
@@ -12,6 +13,7 @@
 #include "mini_vocab.h"
 #include "text/chat.h"
 #include "text/detok.h"
+#include "text/heap.h"
 #include "text/utf8.h"
 #include "text/vocab.h"
 
@@ -106,6 +108,112 @@ static void test_utf8(void)
               adv == 1);
         CHECK(m40_utf8_decode_lenient((const uint8_t *)"\xE2\x82", 2, &adv) == 0xFFFD && adv == 1);
         CHECK(m40_utf8_valid_len((const uint8_t *)"ab\xC3\xA9\xFF", 5) == 4);
+}
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+
+static uint32_t rnd(uint32_t n)
+{
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        return (uint32_t)(rng % n);
+}
+
+/* not_before - a does not pop before b: (a.prio, a.left) >= (b.prio, b.left). */
+static int not_before(const struct m40_bigram *a, const struct m40_bigram *b)
+{
+        return a->prio > b->prio || (a->prio == b->prio && a->left >= b->left);
+}
+
+/* Heap: random pushes and pops over few distinct keys; result tags each record once. */
+static void test_heap_order(void)
+{
+        enum { N = 5000 };
+        static unsigned char seen[N];
+        struct m40_bigram_heap h = {0};
+        struct m40_bigram b, last = {0};
+        int pushed = 0, popped = 0, have_last = 0;
+
+        while (popped < N) {
+                if (pushed < N && (h.n == 0 || rnd(3) != 0)) {
+                        b = (struct m40_bigram){(double)rnd(20), (int32_t)rnd(30), 0, 0, pushed};
+                        CHECK(m40_bigram_heap_push(&h, &b) == 0);
+                        pushed++;
+                        if (have_last && !not_before(&b, &last))
+                                have_last = 0; /* a smaller key arrived after the last pop */
+                        continue;
+                }
+                CHECK(m40_bigram_heap_pop(&h, &b));
+                if (have_last)
+                        CHECK(not_before(&b, &last));
+                CHECK(b.result >= 0 && b.result < N && !seen[b.result]);
+                if (b.result >= 0 && b.result < N)
+                        seen[b.result] = 1;
+                last = b;
+                have_last = 1;
+                popped++;
+        }
+        CHECK(h.n == 0);
+        CHECK(h.cap >= 256);
+        m40_bigram_heap_done(&h);
+}
+
+/* Heap: all pushed first (past the first growth), then drained: fully sorted by (prio, left). */
+static void test_heap_drain(void)
+{
+        struct m40_bigram_heap h = {0};
+        struct m40_bigram b, prev;
+
+        for (int i = 0; i < 1000; i++) {
+                b = (struct m40_bigram){(double)rnd(1000) - 500, (int32_t)rnd(1000), 0, 0, i};
+                CHECK(m40_bigram_heap_push(&h, &b) == 0);
+        }
+        CHECK(h.n == 1000);
+        CHECK(m40_bigram_heap_pop(&h, &prev));
+        for (int i = 1; i < 1000; i++) {
+                CHECK(m40_bigram_heap_pop(&h, &b));
+                CHECK(not_before(&b, &prev));
+                prev = b;
+        }
+        m40_bigram_heap_clear(&h);
+        CHECK(!m40_bigram_heap_pop(&h, &b));
+        m40_bigram_heap_done(&h);
+}
+
+/* Heap: SPM queues -score: the highest score first, equal scores (0.0 and -0.0) leftmost first. */
+static void test_heap_scores(void)
+{
+        static const float score[] = {-1.5f, 0.0f, 3.25f, -0.0f, 3.25f, -1e30f, 1e30f};
+        static const int32_t want[] = {6, 2, 4, 1, 3, 0, 5}; /* lefts in pop order */
+        struct m40_bigram_heap h = {0};
+        struct m40_bigram b;
+
+        for (int32_t i = 0; i < 7; i++) {
+                b = (struct m40_bigram){-(double)score[i], i, i + 1, 2, -1};
+                CHECK(m40_bigram_heap_push(&h, &b) == 0);
+        }
+        for (int i = 0; i < 7; i++) {
+                CHECK(m40_bigram_heap_pop(&h, &b));
+                CHECK(b.left == want[i] && b.right == want[i] + 1 && b.size == 2);
+        }
+        memset(&b, 0x5a, sizeof(b));
+        CHECK(!m40_bigram_heap_pop(&h, &b)); /* empty: *ret untouched */
+        CHECK(b.left == 0x5a5a5a5a);
+        m40_bigram_heap_done(&h);
+        CHECK(h.v == NULL && h.n == 0 && h.cap == 0);
+        m40_bigram_heap_done(&h); /* twice is harmless */
+        CHECK(m40_bigram_heap_push(&h, &b) == 0);
+        CHECK(m40_bigram_heap_pop(&h, &b) && b.left == 0x5a5a5a5a);
+        m40_bigram_heap_done(&h);
+}
+
+/* The merge-candidate queue of the SPM and BPE tokenizers (text/heap.h). */
+static void test_heap(void)
+{
+        test_heap_order();
+        test_heap_drain();
+        test_heap_scores();
 }
 
 static void test_spm(void)
@@ -342,6 +450,7 @@ static void test_stories(const char *root)
 int main(int argc, char **argv)
 {
         test_utf8();
+        test_heap();
         test_spm();
         test_bpe();
         test_chat();

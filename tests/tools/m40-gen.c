@@ -3,7 +3,7 @@
  *   m40-gen -m FILE (-p TEXT | --tokens 1,2,3[;4,5,...]) -n N [--temp T --top-k K
  *           --top-p P --min-p P --repeat-penalty R --seed S] [--threads N]
  *           [--act f32|ggml] [--print-tokens] [--logits-out FILE] [--backend cpu|cuda]
- *           [--ignore-eos] [--stats]
+ *           [--ignore-eos] [--stats] [--vram-limit-mb N]
  *
  * Owns nothing but its command line: it admits the prompt as one sequence into the CPU
  * engine, steps until it finishes, prints the generated ids (--print-tokens: space
@@ -17,7 +17,9 @@
  * tokenizes TEXT with the model's vocabulary (BOS as the model asks, special tokens not
  * parsed, as llama.cpp) and prints the generated text (streamed detokenization) unless
  * --print-tokens asks for ids. --backend cuda runs the CUDA engine on GPU 0 (f32
- * activations). Exit status: 0 done, 1 runtime failure, 2 usage error. */
+ * activations); --vram-limit-mb caps the device memory it takes (engine.h; a model that
+ * does not fit fails with what it needs and what is available; the CPU engine ignores
+ * it). Exit status: 0 done, 1 runtime failure, 2 usage error. */
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -43,7 +45,7 @@ static void usage(FILE *f)
                    "               [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R]\n"
                    "               [--seed S] [--threads N] [--act f32|ggml] [--print-tokens]\n"
                    "               [--logits-out FILE] [--backend cpu|cuda] [--ignore-eos]\n"
-                   "               [--stats]\n");
+                   "               [--stats] [--vram-limit-mb N]\n");
 }
 
 /* parse_tokens - "1,2,3;4,5" into out (ids of every prompt, back to back) and start[]
@@ -223,7 +225,8 @@ int main(int argc, char **argv)
                 O_THREADS,
                 O_ACT,
                 O_IGNORE_EOS,
-                O_STATS
+                O_STATS,
+                O_VRAM
         };
         static const struct option opts[] = {
                 {"model", required_argument, 0, 'm'},
@@ -243,6 +246,7 @@ int main(int argc, char **argv)
                 {"act", required_argument, 0, O_ACT},
                 {"ignore-eos", no_argument, 0, O_IGNORE_EOS},
                 {"stats", no_argument, 0, O_STATS},
+                {"vram-limit-mb", required_argument, 0, O_VRAM},
                 {"help", no_argument, 0, 'h'},
                 {0, 0, 0, 0},
         };
@@ -325,6 +329,19 @@ int main(int argc, char **argv)
                 case O_STATS:
                         stats = true;
                         break;
+                case O_VRAM: {
+                        char *end;
+
+                        errno = 0;
+                        lim.vram_limit_mb = strtoull(optarg, &end, 10);
+                        if (!*optarg || *end || errno || *optarg == '-' ||
+                            lim.vram_limit_mb > (1u << 24)) {
+                                fprintf(stderr, "m40-gen: --vram-limit-mb wants MiB in "
+                                                "0..16777216\n");
+                                return 2;
+                        }
+                        break;
+                }
                 case 'h':
                         usage(stdout);
                         return 0;

@@ -5,7 +5,8 @@
  * in which ggml type each is stored (llama.cpp's quantization rules), the synthetic
  * SentencePiece-style vocabulary, the seeded random weights, and the parallel
  * generate -> quantize -> write pipeline. The GGUF layout is gguf_write.c's; the weight
- * formats are quantize.c's. Run with --help for the contract. */
+ * formats are quantize.c's; --random-blocks rows are mkmodel_gen.c's. Run with --help for
+ * the contract. */
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
@@ -24,6 +25,7 @@
 
 #include "gguf_write.h"
 #include "m40/error.h"
+#include "mkmodel_gen.h"
 #include "model/ggml_type.h"
 #include "quantize.h"
 
@@ -52,6 +54,7 @@ struct spec {
         uint32_t type; /* ggml type id, or TYPE_Q4_K_M */
         uint64_t seed, threads;
         bool quiet;
+        bool random_blocks; /* --random-blocks: quantized rows as random blocks */
         const char *out;
 };
 
@@ -97,7 +100,7 @@ static const char help_text[] =
 "    m40-mkmodel -o OUT.gguf [--preset tiny|135m|1b|8b] [--layers N] [--dim N]\n"
 "        [--heads N] [--kv-heads N] [--ffn N] [--vocab N] [--ctx N] [--rope-base F]\n"
 "        [--tied|--untied] [--arch llama|qwen2] [--type TYPE] [--seed S]\n"
-"        [--threads N] [--quiet]\n"
+"        [--threads N] [--random-blocks] [--quiet]\n"
 "\n"
 "DESCRIPTION\n"
 "    Writes a GGUF v3 file that llama.cpp loads as a 'llama' (or 'qwen2') model of the\n"
@@ -131,7 +134,18 @@ static const char help_text[] =
 "    --type TYPE        F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q5_K Q6_K Q4_K_M\n"
 "                       (any case; default F16).\n"
 "    --seed S           64-bit seed of the weights (default 1).\n"
-"    --threads N        generator threads, 1..1024 (default: online CPUs).\n"
+"    --threads N        generator threads, 1..1024 (default: online CPUs). Each thread\n"
+"                       generates and quantizes rows of the current 8 MiB chunk while\n"
+"                       the main thread writes the previous one, so large files are\n"
+"                       written at about the disk's speed, with memory of tens of MB.\n"
+"    --random-blocks    quantized tensors are written as random blocks instead of\n"
+"                       quantizing the generated floats (see TYPES); float tensors\n"
+"                       (F32, F16, BF16 and the norms) are generated as usual. For\n"
+"                       benchmarks, which only need the bytes of a real file of the\n"
+"                       type: the K types quantize at a few MB/s per thread, so an 8B\n"
+"                       Q4_K_M would otherwise take minutes. m40-bench's model runs\n"
+"                       (tests/bench/run-model-bench.sh) use it. general.name then\n"
+"                       ends in \" random-blocks\".\n"
 "    --quiet            no progress, notes or summary on stderr; errors still print.\n"
 "    -h, --help         this text.\n"
 "\n"
@@ -159,6 +173,12 @@ static const char help_text[] =
 "    (token_embd when tied) Q6_K, or Q8_0 when d % 256 != 0; the rest Q4_K. Where a\n"
 "    row is not a multiple of the block, types fall back as llama-quantize does\n"
 "    (Q4_K->Q5_0, Q5_K->Q5_1, Q6_K->Q8_0, else F16), with one note per kind on stderr.\n"
+"    With --random-blocks the quantized tensors (same types, sizes and layout as\n"
+"    above) hold random quants, one stream per row from (seed, t, r), with finite f16\n"
+"    scales chosen so that the dequantized values have mean about 0 and the tensor's\n"
+"    standard deviation (K types: 6-bit sub-block scales 32..63, mins equal to the\n"
+"    scales); the bytes read per token are exactly a real file's, the values are not\n"
+"    what llama-quantize would give.\n"
 "\n"
 "METADATA\n"
 "    general.architecture=llama (or qwen2: every llama.* key below is then qwen2.*),\n"
@@ -229,7 +249,7 @@ static const char *type_name(uint32_t t)
 
 /* clang-format off */
 enum { O_PRESET = 256, O_LAYERS, O_DIM, O_HEADS, O_KV, O_FFN, O_VOCAB, O_CTX, O_ROPE, O_TIED,
-       O_UNTIED, O_TYPE, O_SEED, O_THREADS, O_QUIET, O_ARCH };
+       O_UNTIED, O_TYPE, O_SEED, O_THREADS, O_QUIET, O_ARCH, O_RANDOM };
 
 #define ARG required_argument
 static const struct option long_opts[] = {
@@ -242,6 +262,7 @@ static const struct option long_opts[] = {
         {"type", ARG, NULL, O_TYPE},      {"seed", ARG, NULL, O_SEED},
         {"threads", ARG, NULL, O_THREADS}, {"quiet", no_argument, NULL, O_QUIET},
         {"arch", ARG, NULL, O_ARCH},      {"help", no_argument, NULL, 'h'},
+        {"random-blocks", no_argument, NULL, O_RANDOM},
         {NULL, 0, NULL, 0},
 };
 #undef ARG
@@ -327,6 +348,9 @@ static void parse_args(int argc, char **argv, struct spec *s)
                         break;
                 case O_QUIET:
                         s->quiet = true;
+                        break;
+                case O_RANDOM:
+                        s->random_blocks = true;
                         break;
                 case O_ARCH:
                         if (strcmp(optarg, "llama") && strcmp(optarg, "qwen2"))
@@ -567,6 +591,8 @@ static int write_metadata(struct m40_gguf_writer *w, const struct spec *s, const
                  (unsigned long long)s->sh.heads, (unsigned long long)s->sh.kv_heads,
                  (unsigned long long)s->sh.ffn, (unsigned long long)s->sh.vocab,
                  type_name(s->type));
+        if (s->random_blocks)
+                snprintf(name + strlen(name), sizeof(name) - strlen(name), " random-blocks");
 
 #define KEY(k) (snprintf(key, sizeof(key), "%s." k, arch), key)
 #define ADD(call)                                                                                  \
@@ -653,6 +679,7 @@ static void gen_row(const struct tplan *t, uint64_t seed, uint64_t ti, uint64_t 
 struct job {
         const struct tplan *t;
         uint64_t ti, row0, nrows, batch, seed;
+        bool random; /* random blocks instead of generate + quantize */
         uint8_t *out;
         atomic_uint_fast64_t next; /* next row to claim */
 };
@@ -672,9 +699,15 @@ static void *work(void *arg)
         while ((r = atomic_fetch_add(&j->next, j->batch)) < j->nrows) {
                 uint64_t end = r + j->batch < j->nrows ? r + j->batch : j->nrows;
                 for (; r < end; r++) {
+                        uint8_t *y = j->out + r * j->t->row_bytes;
+
+                        if (j->random) {
+                                m40_mkmodel_random_row(j->t->type, j->seed, j->ti, j->row0 + r,
+                                                       j->t->std, y, j->t->ne0);
+                                continue;
+                        }
                         gen_row(j->t, j->seed, j->ti, j->row0 + r, wk->x);
-                        m40_row_quantize(j->t->type, wk->x, j->out + r * j->t->row_bytes,
-                                         j->t->ne0);
+                        m40_row_quantize(j->t->type, wk->x, y, j->t->ne0);
                 }
         }
         return NULL;
@@ -752,6 +785,7 @@ static int write_data(struct m40_gguf_writer *w, const struct spec *s, const str
                 for (uint64_t row0 = 0; row0 < t->ne1 && r == 0; row0 += per) {
                         struct job *j = &job[cur];
                         j->t = t, j->ti = ti, j->row0 = row0, j->seed = s->seed;
+                        j->random = s->random_blocks && m40_mkmodel_random_supported(t->type);
                         j->nrows = t->ne1 - row0 < per ? t->ne1 - row0 : per;
                         j->out = buf[cur];
                         unsigned started = job_start(wk, nt, j);
@@ -844,10 +878,11 @@ int main(int argc, char **argv)
         progress_tick(&pg, 0, true);
         if (!s.quiet)
                 fprintf(stderr,
-                        "m40-mkmodel: wrote %s: %s, %llu tensors, %llu parameters, %.1f MB "
+                        "m40-mkmodel: wrote %s: %s%s, %llu tensors, %llu parameters, %.1f MB "
                         "in %.1f s\n",
-                        s.out, type_name(s.type), (unsigned long long)n,
-                        (unsigned long long)n_params, (double)pg.total / 1e6, now_s() - pg.t0);
+                        s.out, type_name(s.type), s.random_blocks ? " (random blocks)" : "",
+                        (unsigned long long)n, (unsigned long long)n_params, (double)pg.total / 1e6,
+                        now_s() - pg.t0);
 out:
         m40_gguf_writer_free(w);
         vocab_free(&voc);
