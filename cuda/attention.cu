@@ -14,7 +14,8 @@
  *                 make_plan(), about ATTN_TARGET blocks, spans of at least ATTN_SPAN_MIN
  *                 positions, at most ATTN_MAX_SPLITS); block (x, t, s) takes the <= 8
  *                 query heads of one KV head that x names (K and V read once for all of
- *                 them) over span s in tiles of ATTN_TILE positions: scores (one warp per
+ *                 them; fewer, down to one, when a launch would have under ATTN_MIN_BLOCKS
+ *                 blocks) over span s in tiles of ATTN_TILE positions: scores (one warp per
  *                 position), an online softmax (running max m, sum l of e^(score - m) in
  *                 double, the partial weighted V rescaled when m grows), one thread per
  *                 output dim (its accumulators in registers: DPT = 1, 2 or 4 dims for
@@ -49,6 +50,7 @@
 #define ATTN_SPAN_MIN   128  /* positions per split, at least (two tiles) */
 #define ATTN_MAX_SPLITS 32   /* splits of one (token, head), at most: one lane each in the merge */
 #define ATTN_TARGET     1024 /* blocks a launch aims for (H100: ~8 per SM, M40: ~43) */
+#define ATTN_MIN_BLOCKS 128  /* below this, query heads of one KV head go to separate blocks */
 #define ATTN_DPT        (M40_CUDA_MAX_HEAD_DIM / ATTN_THREADS) /* output dims per thread, at most */
 #define WS_ALIGN        256
 
@@ -155,7 +157,13 @@ static uint64_t make_plan(uint32_t n_tok, uint32_t n_heads, uint32_t n_kv_heads,
                           uint32_t max_pos, struct attn_plan *p)
 {
         const uint64_t ctx = (uint64_t)max_pos + 1, tiles = cdiv(ctx, ATTN_TILE);
-        const uint32_t group = n_heads / n_kv_heads, nsub = cdiv(group, ATTN_HB);
+        const uint32_t group = n_heads / n_kv_heads;
+        uint32_t nsub = cdiv(group, ATTN_HB);
+
+        /* Few blocks (decode of one or a few tokens): fewer query heads per block, down to
+         * one, so more SMs work; the K/V loads they share come from L2 then. */
+        while ((uint64_t)n_tok * n_kv_heads * nsub < ATTN_MIN_BLOCKS && nsub < group)
+                nsub = 2 * nsub < group ? 2 * nsub : group;
         const uint64_t blocks = (uint64_t)n_tok * n_kv_heads * nsub;
         uint64_t s = blocks >= ATTN_TARGET ? 1 : cdiv(ATTN_TARGET, blocks), slots;
 
