@@ -130,4 +130,8 @@ void bench_note(const struct bench_model_opts *o, const char *fmt, ...)
 void bench_model_text(const struct bench_model *b, FILE *f);
 void bench_model_json(const struct bench_model *b, FILE *f);
 
+/* bench_json_string - s as a JSON string, quoted, '"' and '\\' escaped, control characters
+ * as \u00XX (bench_report.c; m40-bench's own JSON uses it too). */
+void bench_json_string(FILE *f, const char *s);
+
 #endif

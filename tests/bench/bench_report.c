@@ -1,5 +1,6 @@
 /* tests/bench/bench_report.c - the report of m40-bench --model (see bench_model.h): the
- * tables printed as text, and the JSON member "model". */
+ * tables printed as text, and the JSON member "model"; and the JSON string writer that
+ * m40-bench's own JSON uses too. */
 #include <inttypes.h>
 
 #include "bench_model.h"
@@ -95,7 +96,7 @@ void bench_model_text(const struct bench_model *b, FILE *f)
         }
 }
 
-static void json_str(FILE *f, const char *s)
+void bench_json_string(FILE *f, const char *s)
 {
         fputc('"', f);
         for (; *s; s++) {
@@ -123,7 +124,7 @@ static void json_load(FILE *f, const char *key, const struct bench_load *l)
                 "\"read_direct\":%s,\"loader_s\":%.4f,\"loader_gbs\":%.3f,\"loader_io\":",
                 l->resident_bytes, l->read_s, l->read_gbs, l->read_direct ? "true" : "false",
                 l->loader_s, l->loader_gbs);
-        json_str(f, l->loader_io ? l->loader_io : "");
+        bench_json_string(f, l->loader_io ? l->loader_io : "");
         fprintf(f,
                 ",\"loader_direct\":%s,\"buffered_s\":%.4f,\"buffered_gbs\":%.3f,"
                 "\"engine_s\":%.4f,\"engine_gbs\":%.3f,"
@@ -135,11 +136,11 @@ static void json_load(FILE *f, const char *key, const struct bench_load *l)
 void bench_model_json(const struct bench_model *b, FILE *f)
 {
         fprintf(f, "\"model\":{\"path\":");
-        json_str(f, b->path);
+        bench_json_string(f, b->path);
         fprintf(f, ",\"name\":");
-        json_str(f, b->name);
+        bench_json_string(f, b->name);
         fprintf(f, ",\"matrix_type\":");
-        json_str(f, b->wtype);
+        bench_json_string(f, b->wtype);
         fprintf(f,
                 ",\"file_type\":%u,\"n_layers\":%u,\"dim\":%u,\"n_vocab\":%u,\"kv_dim\":%u,"
                 "\"tied\":%s,\"file_bytes\":%" PRIu64 ",\"tensor_bytes\":%" PRIu64
@@ -171,7 +172,7 @@ void bench_model_json(const struct bench_model *b, FILE *f)
         }
         fprintf(f, "],\"error\":");
         if (b->error[0])
-                json_str(f, b->error);
+                bench_json_string(f, b->error);
         else
                 fprintf(f, "null");
         fprintf(f, ",\"prefill\":");

@@ -429,29 +429,13 @@ static int parse_args(int argc, char **argv, struct options *o)
         return 0;
 }
 
-static void json_string(FILE *f, const char *s)
-{
-        fputc('"', f);
-        for (; *s; s++) {
-                unsigned char ch = (unsigned char)*s;
-
-                if (ch == '"' || ch == '\\')
-                        fprintf(f, "\\%c", ch);
-                else if (ch < 0x20)
-                        fprintf(f, "\\u%04x", ch);
-                else
-                        fputc(ch, f);
-        }
-        fputc('"', f);
-}
-
 static void print_json(FILE *f, const struct m40_cuda_device_info *in,
                        const struct m40_cuda_copy_bandwidth *bw, const struct bench_mv *mv,
                        const struct bench_model *model)
 {
         fprintf(f, "{\"tool\":\"m40-bench\",\"format\":1,");
         fprintf(f, "\"device\":{\"ordinal\":%d,\"name\":", in->ordinal);
-        json_string(f, in->name);
+        bench_json_string(f, in->name);
         fprintf(f, ",\"cc\":\"%d.%d\",\"sm_count\":%d,", in->cc_major, in->cc_minor, in->sm_count);
         fprintf(f, "\"total_mem\":%" PRIu64 ",\"free_mem\":%" PRIu64 ",", in->total_mem,
                 in->free_mem);

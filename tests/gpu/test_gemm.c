@@ -33,7 +33,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #ifndef M40_HAVE_CUDA
 
@@ -51,13 +50,7 @@ int main(void)
 #include "gputest.h"
 #include "model/ggml_type.h"
 #include "quantize.h"
-
-#ifdef M40_HAVE_ENGINE
-#include "engine/quant.h"
-#define REFERENCE "m40_cpu_dequant (CPU engine)"
-#else
-#define REFERENCE "m40_row_dequantize (tests/tools)"
-#endif
+#include "testmat.h"
 
 #define N_TYPES 11
 #define BOUND   1e-5
@@ -73,8 +66,6 @@ static const char *const sname[S_COUNT] = {"whole", "k-split", "tiles", "row-til
 
 static double worst[N_TYPES][S_COUNT];
 static uint64_t checked[N_TYPES][S_COUNT], deq_checked[N_TYPES];
-
-static uint64_t seed;
 
 /* Device buffers shared by all cases: the tile scratch and cuBLAS's workspace. */
 static float *d_scratch;
@@ -119,82 +110,6 @@ static void handles_free(void)
                 handles[i].g = m40_cuda_gemm_free(handles[i].g);
 }
 
-/* One weight matrix: on the host (quantized and dequantized) and on the device. */
-struct mat {
-        uint32_t type;
-        uint32_t n_in, n_out;
-        size_t row_bytes;
-        uint8_t *q; /* n_out * row_bytes */
-        float *deq; /* n_out * n_in, what m40_cpu_dequant() makes of q */
-        void *dev;
-};
-
-static void mat_free(struct mat *m)
-{
-        free(m->q);
-        free(m->deq);
-        cudaFree(m->dev);
-        memset(m, 0, sizeof(*m));
-}
-
-static int mat_make(struct mat *m, uint32_t type, uint32_t n_in, uint32_t n_out)
-{
-        const struct m40_ggml_type_info *ti = m40_ggml_type_info(type);
-        float *row = malloc(sizeof(float) * n_in);
-        uint64_t rb = 0;
-        int r = -1;
-
-        memset(m, 0, sizeof(*m));
-        if (!ti || m40_ggml_row_size(type, n_in, &rb) < 0 || !row)
-                goto out;
-        m->type = type;
-        m->n_in = n_in;
-        m->n_out = n_out;
-        m->row_bytes = rb;
-        m->q = malloc(rb * n_out);
-        m->deq = malloc(sizeof(float) * n_in * n_out);
-        if (!m->q || !m->deq)
-                goto out;
-        for (uint32_t o = 0; o < n_out; o++) {
-                /* A spread of magnitudes along the row, so block scales differ. */
-                for (uint32_t k = 0; k < n_in; k++)
-                        row[k] = rng_normal(&seed) * (0.25f + (float)((k * 7 + o) % 13) / 8.0f);
-                if (m40_row_quantize(type, row, m->q + o * rb, n_in) < 0)
-                        goto out;
-#ifdef M40_HAVE_ENGINE
-                m40_cpu_dequant(type, m->q + o * rb, m->deq + (size_t)o * n_in,
-                                n_in / ti->block_size);
-#else
-                if (m40_row_dequantize(type, m->q + o * rb, m->deq + (size_t)o * n_in, n_in) < 0)
-                        goto out;
-#endif
-        }
-        if (cudaMalloc(&m->dev, rb * n_out + 256) != cudaSuccess ||
-            cudaMemcpy(m->dev, m->q, rb * n_out, cudaMemcpyHostToDevice) != cudaSuccess)
-                goto out;
-        r = 0;
-out:
-        free(row);
-        if (r < 0) {
-                fail("cannot set up a %s %ux%u matrix", m40_ggml_type_name(type), n_out, n_in);
-                mat_free(m);
-        }
-        return r;
-}
-
-static struct m40_cuda_matrix view(const struct mat *m)
-{
-        return (struct m40_cuda_matrix){m->dev, m->type, m->n_in, m->n_out, m->row_bytes};
-}
-
-static uint32_t bits(float v)
-{
-        uint32_t u;
-
-        memcpy(&u, &v, 4);
-        return u;
-}
-
 static size_t ld4(size_t n)
 {
         return (n + 3) & ~(size_t)3;
@@ -206,7 +121,7 @@ static size_t ld4(size_t n)
 static void dequant_case(const struct mat *m, int ti, uint32_t r0, uint32_t n, uint32_t k0,
                          uint32_t nk, size_t ldo, size_t shift)
 {
-        const struct m40_cuda_matrix w = view(m);
+        const struct m40_cuda_matrix w = mat_view(m);
         const size_t total = shift + ldo * (n + 1);
         float *h = malloc(sizeof(float) * total), *d = NULL;
         int r, bad = 0;
@@ -242,7 +157,7 @@ static void dequant_case(const struct mat *m, int ti, uint32_t r0, uint32_t n, u
                                 bad++;
                         }
                         deq_checked[ti]++;
-                } else if (bits(h[i]) != 0xffffffffu) {
+                } else if (!is_poison(h[i])) {
                         fail("dequant %s %ux%u rows %u+%u k %u+%u ldo %zu: wrote outside the "
                              "tile at float %zu",
                              m40_ggml_type_name(m->type), m->n_out, m->n_in, r0, n, k0, nk, ldo, i);
@@ -274,14 +189,22 @@ static void gemm_case(const struct mat *m, int ti, int sc, uint64_t cap, uint32_
         const size_t ldx = (size_t)m->n_in + 1 + 2 * (n_tok & 1);
         const size_t ldy = (size_t)m->n_out + 3; /* 3 guard columns per row */
         const size_t ny = ldy * (n_tok + 1);     /* and a guard row */
-        const struct m40_cuda_matrix w = view(m);
+        const struct m40_cuda_matrix w = mat_view(m);
         cudaStream_t s = on_stream ? stream : NULL;
         struct m40_cuda_gemm *g = handle(cap);
         float *x = malloc(sizeof(float) * ldx * n_tok), *y = malloc(sizeof(float) * ny);
         float *dx = NULL, *dy = NULL;
-        double maxe = 0.0;
-        int r, bad = 0;
+        char what[32];
+        const struct ycheck yc = {.what = what,
+                                  .n_name = "n_tok",
+                                  .col = "token",
+                                  .row = "column",
+                                  .bound = BOUND,
+                                  .checked = &checked[ti][sc],
+                                  .worst = &worst[ti][sc]};
+        int r;
 
+        snprintf(what, sizeof(what), "gemm %s", sname[sc]);
         if (!g)
                 goto out;
         if (!x || !y) {
@@ -311,42 +234,7 @@ static void gemm_case(const struct mat *m, int ti, int sc, uint64_t cap, uint32_
                      cudaGetErrorString(cudaGetLastError()));
                 goto out;
         }
-        for (uint32_t t = 0; t <= n_tok && bad < 3; t++)
-                for (size_t o = 0; o < ldy && bad < 3; o++) {
-                        const float got = y[t * ldy + o];
-                        double ref = 0.0, mag = 0.0, e;
-
-                        if (t == n_tok || o >= m->n_out) {
-                                if (bits(got) != 0xffffffffu) {
-                                        fail("gemm %s %s %ux%u n_tok %u: wrote outside y at "
-                                             "token %u column %zu",
-                                             sname[sc], m40_ggml_type_name(m->type), m->n_out,
-                                             m->n_in, n_tok, t, o);
-                                        bad++;
-                                }
-                                continue;
-                        }
-                        for (uint32_t k = 0; k < m->n_in; k++) {
-                                const double p =
-                                        (double)m->deq[o * m->n_in + k] * (double)x[t * ldx + k];
-
-                                ref += p;
-                                mag += fabs(p);
-                        }
-                        e = fabs((double)got - ref) / (mag > 0.0 ? mag : 1.0);
-                        if (!isfinite(got) || !(e <= BOUND)) {
-                                fail("gemm %s %s %ux%u n_tok %u: y[%u][%zu] = %.9g, reference "
-                                     "%.9g (error %.3g of sum|wx| %.4g, bound %.0e)",
-                                     sname[sc], m40_ggml_type_name(m->type), m->n_out, m->n_in,
-                                     n_tok, t, o, got, ref, e, mag, BOUND);
-                                bad++;
-                        }
-                        if (e > maxe)
-                                maxe = e;
-                        checked[ti][sc]++;
-                }
-        if (maxe > worst[ti][sc])
-                worst[ti][sc] = maxe;
+        mat_check_y(m, &yc, n_tok, x, ldx, y, NULL, ldy);
 out:
         cudaFree(dx);
         cudaFree(dy);
@@ -431,7 +319,7 @@ static void check_arguments(void)
                 fail("m40_cuda_gemm_new: %s", err);
                 goto out;
         }
-        w = view(&m);
+        w = mat_view(&m);
         CHECK(m40_cuda_gemm(g, &w, dx, 256, dy, 8, 1, NULL) == 0, "valid call refused");
         CHECK(m40_cuda_gemm(g, &w, dx, 256, dy, 8, 1, stream) == 0, "call on a stream refused");
         CHECK(m40_cuda_gemm(g, &w, dx, 256, dy, 8, 1, NULL) == 0, "call back on NULL refused");
@@ -575,15 +463,11 @@ out:
 
 int main(void)
 {
-        struct m40_cuda_device *d;
         int code, quick = quick_mode();
+        struct m40_cuda_device *d = gpu_open_seeded(quick, &code);
 
-        d = gpu_open(&code);
         if (!d)
                 return code;
-        seed = getenv("M40_TEST_SEED") ? strtoull(getenv("M40_TEST_SEED"), NULL, 0)
-                                       : (uint64_t)time(NULL) * 0x9e3779b97f4a7c15ULL + 1;
-        printf("seed %" PRIu64 "%s; reference %s\n", seed, quick ? " (quick mode)" : "", REFERENCE);
         scratch_bytes = M40_CUDA_GEMM_SCRATCH_DEFAULT;
         ws_bytes = m40_cuda_gemm_workspace_bytes(m40_cuda_device_info(d)->cc_major);
         if (cudaMalloc((void **)&d_scratch, scratch_bytes) != cudaSuccess ||

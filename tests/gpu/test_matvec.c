@@ -29,7 +29,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #ifndef M40_HAVE_CUDA
 
@@ -46,14 +45,7 @@ int main(void)
 #include "cuda/matvec.h"
 #include "gputest.h"
 #include "model/ggml_type.h"
-#include "quantize.h"
-
-#ifdef M40_HAVE_ENGINE
-#include "engine/quant.h"
-#define REFERENCE "m40_cpu_dequant (CPU engine)"
-#else
-#define REFERENCE "m40_row_dequantize (tests/tools)"
-#endif
+#include "testmat.h"
 
 #define MAX_TYPES 11
 
@@ -75,128 +67,6 @@ static const char *const kname[K_COUNT] = {"matvec", "tiled", "auto", "multi", "
 static double worst[MAX_TYPES][K_COUNT];
 static uint64_t checked[MAX_TYPES][K_COUNT];
 
-static uint64_t seed;
-
-/* One weight matrix: on the host (quantized and dequantized) and on the device. */
-struct mat {
-        uint32_t type;
-        uint32_t n_in, n_out;
-        size_t row_bytes;
-        uint8_t *q; /* n_out * row_bytes */
-        float *deq; /* n_out * n_in, what m40_cpu_dequant() makes of q */
-        void *dev;
-};
-
-static void mat_free(struct mat *m)
-{
-        free(m->q);
-        free(m->deq);
-        cudaFree(m->dev);
-        memset(m, 0, sizeof(*m));
-}
-
-static int mat_make(struct mat *m, uint32_t type, uint32_t n_in, uint32_t n_out)
-{
-        const struct m40_ggml_type_info *ti = m40_ggml_type_info(type);
-        float *row = malloc(sizeof(float) * n_in);
-        uint64_t rb = 0;
-        int r = -1;
-
-        memset(m, 0, sizeof(*m));
-        if (!ti || m40_ggml_row_size(type, n_in, &rb) < 0 || !row)
-                goto out;
-        m->type = type;
-        m->n_in = n_in;
-        m->n_out = n_out;
-        m->row_bytes = rb;
-        m->q = malloc(rb * n_out);
-        m->deq = malloc(sizeof(float) * n_in * n_out);
-        if (!m->q || !m->deq)
-                goto out;
-        for (uint32_t o = 0; o < n_out; o++) {
-                /* A spread of magnitudes along the row, so block scales differ. */
-                for (uint32_t k = 0; k < n_in; k++)
-                        row[k] = rng_normal(&seed) * (0.25f + (float)((k * 7 + o) % 13) / 8.0f);
-                if (m40_row_quantize(type, row, m->q + o * rb, n_in) < 0)
-                        goto out;
-#ifdef M40_HAVE_ENGINE
-                m40_cpu_dequant(type, m->q + o * rb, m->deq + (size_t)o * n_in,
-                                n_in / ti->block_size);
-#else
-                if (m40_row_dequantize(type, m->q + o * rb, m->deq + (size_t)o * n_in, n_in) < 0)
-                        goto out;
-#endif
-        }
-        if (cudaMalloc(&m->dev, rb * n_out + 256) != cudaSuccess ||
-            cudaMemcpy(m->dev, m->q, rb * n_out, cudaMemcpyHostToDevice) != cudaSuccess)
-                goto out;
-        r = 0;
-out:
-        free(row);
-        if (r < 0) {
-                fail("cannot set up a %s %ux%u matrix", m40_ggml_type_name(type), n_out, n_in);
-                mat_free(m);
-        }
-        return r;
-}
-
-static int is_poison(float v)
-{
-        uint32_t u;
-
-        memcpy(&u, &v, 4);
-        return u == 0xffffffffu;
-}
-
-/* Check y (batch + 1 rows of ldy: guard columns and a guard row) of matrix m against
- * the reference for x (batch rows of ldx); counts into kernel k's figures. */
-static void check_y(const struct mat *m, int ti, int k, uint32_t batch, const float *x, size_t ldx,
-                    const float *y, const float *y0, size_t ldy)
-{
-        double maxe = 0.0;
-        int bad = 0;
-
-        for (uint32_t c = 0; c <= batch && bad < 3; c++)
-                for (size_t o = 0; o < ldy && bad < 3; o++) {
-                        const float got = y[c * ldy + o];
-                        double ref = 0.0, mag = 0.0, e;
-
-                        if (c == batch || o >= m->n_out) {
-                                if (!is_poison(got)) {
-                                        fail("%s %s %ux%u batch %u: wrote outside y at "
-                                             "column %u row %zu",
-                                             kname[k], m40_ggml_type_name(m->type), m->n_out,
-                                             m->n_in, batch, c, o);
-                                        bad++;
-                                }
-                                continue;
-                        }
-                        for (uint32_t i = 0; i < m->n_in; i++) {
-                                const double p =
-                                        (double)m->deq[o * m->n_in + i] * (double)x[c * ldx + i];
-                                ref += p;
-                                mag += fabs(p);
-                        }
-                        if (y0) { /* K_ADD: y held y0 before */
-                                ref += (double)y0[c * ldy + o];
-                                mag += fabs((double)y0[c * ldy + o]);
-                        }
-                        e = fabs((double)got - ref) / (mag > 0.0 ? mag : 1.0);
-                        if (!isfinite(got) || !(e <= types[ti].bound)) {
-                                fail("%s %s %ux%u batch %u: y[%u][%zu] = %.9g, reference "
-                                     "%.9g (error %.3g of sum|wx| %.4g, bound %.1g)",
-                                     kname[k], m40_ggml_type_name(m->type), m->n_out, m->n_in,
-                                     batch, c, o, got, ref, e, mag, types[ti].bound);
-                                bad++;
-                        }
-                        if (e > maxe)
-                                maxe = e;
-                        checked[ti][k]++;
-                }
-        if (maxe > worst[ti][k])
-                worst[ti][k] = maxe;
-}
-
 /* Run kernel `k` on the n matrices ms (n > 1: K_MULTI, one m40_cuda_matmul_n call; all
  * of one type and n_in) for batch columns and check every output and guard. */
 static void run_case_n(const struct mat *ms, uint32_t n, int ti, int k, uint32_t batch)
@@ -207,6 +77,13 @@ static void run_case_n(const struct mat *ms, uint32_t n, int ti, int k, uint32_t
         size_t ldy[M40_CUDA_MATMUL_MAX_MATS], ny[M40_CUDA_MATMUL_MAX_MATS];
         float *dys[M40_CUDA_MATMUL_MAX_MATS] = {NULL}, *ys[M40_CUDA_MATMUL_MAX_MATS] = {NULL};
         float *y0 = NULL; /* K_ADD: what y held before */
+        const struct ycheck yc = {.what = kname[k],
+                                  .n_name = "batch",
+                                  .col = "column",
+                                  .row = "row",
+                                  .bound = types[ti].bound,
+                                  .checked = &checked[ti][k],
+                                  .worst = &worst[ti][k]};
         float *x = malloc(sizeof(float) * ldx * batch), *dx = NULL;
         int r;
 
@@ -222,8 +99,7 @@ static void run_case_n(const struct mat *ms, uint32_t n, int ti, int k, uint32_t
                 goto out;
         }
         for (uint32_t i = 0; i < n; i++) {
-                w[i] = (struct m40_cuda_matrix){ms[i].dev, ms[i].type, ms[i].n_in, ms[i].n_out,
-                                                ms[i].row_bytes};
+                w[i] = mat_view(&ms[i]);
                 ldy[i] = (size_t)ms[i].n_out + 3 + i; /* guard columns per row */
                 ny[i] = ldy[i] * (batch + 1);         /* and a guard row */
                 ys[i] = malloc(sizeof(float) * ny[i]);
@@ -272,7 +148,7 @@ static void run_case_n(const struct mat *ms, uint32_t n, int ti, int k, uint32_t
                              cudaGetErrorString(cudaGetLastError()));
                         goto out;
                 }
-                check_y(&ms[i], ti, k, batch, x, ldx, ys[i], y0, ldy[i]);
+                mat_check_y(&ms[i], &yc, batch, x, ldx, ys[i], y0, ldy[i]);
         }
 out:
         for (uint32_t i = 0; i < n; i++) {
@@ -415,7 +291,7 @@ static void check_arguments(void)
                 fail("cudaMemset");
                 goto out;
         }
-        w = (struct m40_cuda_matrix){m.dev, m.type, m.n_in, m.n_out, m.row_bytes};
+        w = mat_view(&m);
         CHECK(m40_cuda_matmul(&w, dx, 64, dy, 8, 1, NULL) == 0, "valid call refused");
         CHECK(m40_cuda_matmul(&w, dx, 64, dy, 8, 0, NULL) == -EINVAL, "batch 0 accepted");
         CHECK(m40_cuda_matmul(&w, dx, 64, dy, 8, 65, NULL) == -EINVAL, "batch 65 accepted");
@@ -474,15 +350,11 @@ out:
 
 int main(void)
 {
-        struct m40_cuda_device *d;
         int code, quick = quick_mode();
+        struct m40_cuda_device *d = gpu_open_seeded(quick, &code);
 
-        d = gpu_open(&code);
         if (!d)
                 return code;
-        seed = getenv("M40_TEST_SEED") ? strtoull(getenv("M40_TEST_SEED"), NULL, 0)
-                                       : (uint64_t)time(NULL) * 0x9e3779b97f4a7c15ULL + 1;
-        printf("seed %" PRIu64 "%s; reference %s\n", seed, quick ? " (quick mode)" : "", REFERENCE);
         check_arguments();
         for (int ti = 0; ti < MAX_TYPES; ti++) {
                 const uint32_t t = types[ti].type;
