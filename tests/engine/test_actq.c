@@ -16,18 +16,7 @@
 #include "engine/pool.h"
 #include "engine/quant.h"
 #include "model/ggml_type.h"
-
-static int failures;
-
-#define CHECK(c, ...)                                                                              \
-        do {                                                                                       \
-                if (!(c)) {                                                                        \
-                        failures++;                                                                \
-                        fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                       \
-                        fprintf(stderr, __VA_ARGS__);                                              \
-                        fprintf(stderr, "\n");                                                     \
-                }                                                                                  \
-        } while (0)
+#include "tests/check.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 

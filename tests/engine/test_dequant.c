@@ -13,18 +13,7 @@
 #include "engine/matmul.h"
 #include "engine/quant.h"
 #include "model/ggml_type.h"
-
-static int failures;
-
-#define CHECK(c, ...)                                                                              \
-        do {                                                                                       \
-                if (!(c)) {                                                                        \
-                        failures++;                                                                \
-                        fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                       \
-                        fprintf(stderr, __VA_ARGS__);                                              \
-                        fprintf(stderr, "\n");                                                     \
-                }                                                                                  \
-        } while (0)
+#include "tests/check.h"
 
 static uint64_t rng = 0x1234567;
 

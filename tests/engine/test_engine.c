@@ -13,18 +13,7 @@
 #include "engine/engine.h"
 #include "engine/sampler.h"
 #include "m40/error.h"
-
-static int failures;
-
-#define CHECK(c, ...)                                                                              \
-        do {                                                                                       \
-                if (!(c)) {                                                                        \
-                        failures++;                                                                \
-                        fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                       \
-                        fprintf(stderr, __VA_ARGS__);                                              \
-                        fprintf(stderr, "\n");                                                     \
-                }                                                                                  \
-        } while (0)
+#include "tests/check.h"
 
 static const char *model;
 

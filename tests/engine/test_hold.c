@@ -16,23 +16,13 @@
 
 #include "engine/engine.h"
 #include "m40/error.h"
+#include "tests/check.h"
 
 #define N_SEQ     4
 #define N_GEN     20
 #define MAX_STEPS 200
 
-static int failures;
 static uint32_t act; /* the activation mode under test */
-
-#define CHECK(c, ...)                                                                              \
-        do {                                                                                       \
-                if (!(c)) {                                                                        \
-                        failures++;                                                                \
-                        fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                       \
-                        fprintf(stderr, __VA_ARGS__);                                              \
-                        fprintf(stderr, "\n");                                                     \
-                }                                                                                  \
-        } while (0)
 
 struct run {
         int32_t toks[N_GEN];

@@ -10,18 +10,7 @@
 #include "engine/kv.h"
 #include "engine/ops.h"
 #include "engine/quant.h"
-
-static int failures;
-
-#define CHECK(c, ...)                                                                              \
-        do {                                                                                       \
-                if (!(c)) {                                                                        \
-                        failures++;                                                                \
-                        fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                       \
-                        fprintf(stderr, __VA_ARGS__);                                              \
-                        fprintf(stderr, "\n");                                                     \
-                }                                                                                  \
-        } while (0)
+#include "tests/check.h"
 
 static uint64_t rng = 42;
 

@@ -11,18 +11,7 @@
 #include <unistd.h>
 
 #include "m40d/config.h"
-
-static int failures;
-
-#define EXPECT(c, ...)                                                                             \
-        do {                                                                                       \
-                if (!(c)) {                                                                        \
-                        failures++;                                                                \
-                        fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                       \
-                        fprintf(stderr, __VA_ARGS__);                                              \
-                        fprintf(stderr, "\n");                                                     \
-                }                                                                                  \
-        } while (0)
+#include "tests/check.h"
 
 static char path[64];
 
@@ -49,10 +38,10 @@ static void test_shipped(const char *shipped)
         m40d_config_default(&def);
         m40d_config_default(&c);
         r = m40d_config_load(&c, shipped, err, sizeof(err));
-        EXPECT(r == 0, "the shipped %s does not load: %s", shipped, err);
-        EXPECT(c.vram_limit_mb == 0 && def.vram_limit_mb == 0, "vram_limit_mb default: %llu",
-               (unsigned long long)c.vram_limit_mb);
-        EXPECT(!memcmp(&c, &def, sizeof(c)), "the shipped m40d.ini differs from the defaults");
+        CHECK(r == 0, "the shipped %s does not load: %s", shipped, err);
+        CHECK(c.vram_limit_mb == 0 && def.vram_limit_mb == 0, "vram_limit_mb default: %llu",
+              (unsigned long long)c.vram_limit_mb);
+        CHECK(!memcmp(&c, &def, sizeof(c)), "the shipped m40d.ini differs from the defaults");
 }
 
 static void test_vram_limit(void)
@@ -70,23 +59,23 @@ static void test_vram_limit(void)
         for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
                 snprintf(ini, sizeof(ini), "[engine]\nvram_limit_mb = %s\n", good[i].v);
                 r = load(ini, &c, err, sizeof(err));
-                EXPECT(r == 0 && c.vram_limit_mb == good[i].want,
-                       "vram_limit_mb = %s: %d (%s), got %llu", good[i].v, r, err,
-                       (unsigned long long)c.vram_limit_mb);
+                CHECK(r == 0 && c.vram_limit_mb == good[i].want,
+                      "vram_limit_mb = %s: %d (%s), got %llu", good[i].v, r, err,
+                      (unsigned long long)c.vram_limit_mb);
         }
         for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
                 snprintf(ini, sizeof(ini),
                          "[model]\npath = /m.gguf\n[engine]\nvram_limit_mb = %s\n", bad[i]);
                 r = load(ini, &c, err, sizeof(err));
                 snprintf(want, sizeof(want), "%s:4: [engine] vram_limit_mb: ", path);
-                EXPECT(r == -EINVAL && !strncmp(err, want, strlen(want)) &&
-                               strstr(err, "0..16777216"),
-                       "vram_limit_mb = '%s': %d, message '%s'", bad[i], r, err);
+                CHECK(r == -EINVAL && !strncmp(err, want, strlen(want)) &&
+                              strstr(err, "0..16777216"),
+                      "vram_limit_mb = '%s': %d, message '%s'", bad[i], r, err);
         }
         /* the key lives in [engine] only */
         r = load("[server]\nvram_limit_mb = 1\n", &c, err, sizeof(err));
-        EXPECT(r == -EINVAL && strstr(err, ":2: [server] vram_limit_mb: unknown key"),
-               "vram_limit_mb in [server]: %d '%s'", r, err);
+        CHECK(r == -EINVAL && strstr(err, ":2: [server] vram_limit_mb: unknown key"),
+              "vram_limit_mb in [server]: %d '%s'", r, err);
 }
 
 int main(int argc, char **argv)
