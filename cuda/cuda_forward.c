@@ -3,8 +3,12 @@
  *   x = embed(tokens); per layer: xn = rmsnorm(x) * attn_norm; q,k,v = xn Wq,Wk,Wv (+ b);
  *   rope q,k and store k,v (f16); att = attention; x += att Wo; xn = rmsnorm(x) * ffn_norm;
  *   x += (silu(xn Wg) * (xn Wu)) Wd; then logits = rmsnorm(x[rows]) * output_norm Wout.
+ * Steps of up to M40_CUDA_MATVEC_MAX_BATCH tokens run the RMSNorms inside the matrix
+ * kernels (matvec.h: the residual update leaves the scales, the next products apply them).
  * Matrix products of GEMM_MIN_TOKENS tokens or more run as cuBLAS SGEMM on dequantized
- * weight tiles (cuda/gemm.h), smaller ones on the matrix kernels (cuda/matvec.h). */
+ * weight tiles (cuda/gemm.h), smaller ones on the matrix kernels (cuda/matvec.h). The
+ * weights are loaded as in the file, then re-laid out once on the device into the
+ * layout those kernels read (m40_cuda_relayout()). */
 #include "cuda/cuda_forward.h"
 
 #include <errno.h>
@@ -61,6 +65,8 @@ struct m40_cuda_fwd {
         size_t meta_bytes;
         void *attn_ws; /* m40_cuda_attention()'s workspace (NULL when it needs none) */
         size_t attn_ws_bytes;
+        /* the fused RMSNorm of small steps (matvec.h): scales, partials, counter */
+        struct m40_cuda_rms_out rms;
         /* CUDA graphs of small steps (see run_graph()), most recently used first */
         struct fwd_graph {
                 cudaGraphExec_t exec;
@@ -122,12 +128,98 @@ static struct m40_cuda_matrix dmat(const struct m40_cuda_fwd *f, const struct m4
         };
 }
 
+/* max_row_bytes - the longest row of a weight matrix. */
+static uint64_t max_row_bytes(const struct m40_model *m)
+{
+        uint64_t b = m->tok_embd.row_bytes > m->output.row_bytes ? m->tok_embd.row_bytes
+                                                                 : m->output.row_bytes;
+
+        for (uint32_t i = 0; i < m->n_layers; i++) {
+                const struct m40_layer *l = &m->layers[i];
+                const struct m40_weight *ws[] = {&l->wq,     &l->wk,   &l->wv,    &l->wo,
+                                                 &l->w_gate, &l->w_up, &l->w_down};
+
+                for (size_t j = 0; j < sizeof(ws) / sizeof(ws[0]); j++)
+                        b = ws[j]->row_bytes > b ? ws[j]->row_bytes : b;
+        }
+        return b;
+}
+
 /* small_bytes - weights-pool bytes of the float vectors and the RoPE table. */
 static uint64_t small_bytes(const struct m40_model *m, uint32_t max_ctx)
 {
         const uint64_t per_layer = al(m->dim * 4) * 2 + al(m->q_dim * 4) + al(m->kv_dim * 4) * 2;
 
         return per_layer * m->n_layers + al(m->dim * 4) + al((size_t)max_ctx * m->rope.n_rot * 4);
+}
+
+/* The weight matrices the engine multiplies: every layer's seven, the embedding table
+ * and the output (the same tensor as the table when tied): *n of them in ret. */
+static size_t all_mats(const struct m40_cuda_fwd *f, const struct m40_cuda_matrix **ret, size_t cap)
+{
+        size_t n = 0;
+
+        for (uint32_t i = 0; i < f->m->n_layers && n + 7 <= cap; i++) {
+                const struct dlayer *d = &f->layers[i];
+                const struct m40_cuda_matrix *ms[] = {&d->wq,   &d->wk, &d->wv,  &d->wo,
+                                                      &d->gate, &d->up, &d->down};
+
+                for (size_t j = 0; j < 7; j++)
+                        ret[n++] = ms[j];
+        }
+        if (n + 2 <= cap) {
+                ret[n++] = &f->tok_embd;
+                ret[n++] = &f->output;
+        }
+        return n;
+}
+
+/* relayout - every weight matrix into the kernels' device layout (m40_cuda_relayout()),
+ * each tensor once, through the scratch pool (still empty: released after). */
+static int relayout(struct m40_cuda_fwd *f, char *err, size_t errlen)
+{
+        const size_t cap = (size_t)f->m->n_layers * 7 + 2;
+        const struct m40_cuda_matrix **ms = malloc(cap * sizeof(*ms));
+        const uint64_t mark = m40_cuda_scratch_mark(f->a);
+        struct m40_cuda_alloc_stats st;
+        size_t n, need = 0;
+        uint64_t bytes;
+        void *bounce = NULL;
+        int r = 0;
+
+        if (!ms)
+                return -ENOMEM;
+        n = all_mats(f, ms, cap);
+        for (size_t i = 0; i < n; i++) {
+                const size_t b = m40_cuda_relayout_bounce(ms[i]);
+
+                need = b > need ? b : need;
+        }
+        m40_cuda_alloc_stats(f->a, &st);
+        bytes = st.scratch.capacity - st.scratch.used;
+        bytes = bytes < (256u << 20) ? bytes & ~(uint64_t)255 : (256u << 20);
+        if (need && bytes < need) {
+                snprintf(err, errlen,
+                         "CUDA engine: %llu bytes of scratch for re-laying out "
+                         "weight rows, %llu free",
+                         (unsigned long long)need, (unsigned long long)bytes);
+                r = -ENOMEM;
+        }
+        if (!r && need)
+                r = m40_cuda_scratch_alloc(f->a, bytes, &bounce);
+        for (size_t i = 0; i < n && need && !r; i++) {
+                bool seen = false;
+
+                for (size_t j = 0; j < i && !seen; j++)
+                        seen = ms[j]->data == ms[i]->data;
+                if (!seen)
+                        r = m40_cuda_relayout(ms[i], bounce, bytes, NULL);
+        }
+        if (!r && need)
+                r = cuda_fail(cudaDeviceSynchronize(), "weight relayout", err, errlen);
+        m40_cuda_scratch_release(f->a, mark);
+        free(ms);
+        return r;
 }
 
 static int put_weights(struct m40_cuda_fwd *f, const struct m40_cuda_load_opts *load, char *err,
@@ -159,6 +251,7 @@ static int put_weights(struct m40_cuda_fwd *f, const struct m40_cuda_load_opts *
         }
         f->tok_embd = dmat(f, &m->tok_embd);
         f->output = dmat(f, &m->output);
+        r = r ? r : relayout(f, err, errlen);
         r = r ? r : upload(f, m->output_norm, m->dim, &f->output_norm, err, errlen);
         if (r)
                 return r;
@@ -193,6 +286,16 @@ static int scratch(struct m40_cuda_fwd *f, char *err, size_t errlen)
                 r = m40_cuda_scratch_f32(f->a, T * lds[i], bufs[i]);
         r = r ? r : m40_cuda_scratch_f32(f->a, (size_t)f->max_rows * f->m->n_vocab, &f->logits);
         r = r ? r : m40_cuda_scratch_alloc(f->a, f->meta_bytes, &f->meta_d);
+        f->rms.partial_bytes = M40_CUDA_RMS_PARTIAL_BYTES(f->m->dim);
+        f->rms.eps = f->m->rms_eps;
+        r = r ? r : m40_cuda_scratch_f32(f->a, M40_CUDA_MATVEC_MAX_BATCH, &f->rms.scale);
+        r = r ? r : m40_cuda_scratch_f32(f->a, f->rms.partial_bytes / 4, &f->rms.partial);
+        r = r ? r : m40_cuda_scratch_alloc(f->a, sizeof(unsigned), (void **)&f->rms.counter);
+        r = r ? r
+              : cuda_fail(cudaMemset(f->rms.counter, 0, sizeof(unsigned)), "cudaMemset", err,
+                          errlen);
+        /* done before any launch on the non-blocking stream */
+        r = r ? r : cuda_fail(cudaDeviceSynchronize(), "cudaMemset", err, errlen);
         if (!r && f->attn_ws_bytes) { /* its counters start at zero (ops.h) */
                 r = m40_cuda_scratch_alloc(f->a, f->attn_ws_bytes, &f->attn_ws);
                 r = r ? r
@@ -289,6 +392,9 @@ int m40_cuda_fwd_new(const struct m40_model *m, int device, uint32_t max_tokens,
                             al(max_tokens * f->ld_dim * 4) * 3 + al(max_tokens * f->ld_q * 4) * 2 +
                             al(max_tokens * f->ld_kv * 4) * 2 + al(max_tokens * f->ld_ff * 4) * 2;
         cfg.scratch_bytes += extra_scratch;
+        cfg.scratch_bytes += al(M40_CUDA_MATVEC_MAX_BATCH * 4) +
+                             al(M40_CUDA_RMS_PARTIAL_BYTES(m->dim)) + al(sizeof(unsigned));
+        cfg.scratch_bytes += al(max_row_bytes(m)); /* relayout()'s bounce, at least */
         f->attn_ws_bytes = m40_cuda_attention_workspace(max_tokens, m->n_heads,
                                                         max_ctx ? max_ctx - 1 : 0, m->head_dim);
         cfg.scratch_bytes += al(f->attn_ws_bytes);
@@ -389,21 +495,62 @@ static int mm3(struct m40_cuda_fwd *f, const struct m40_cuda_matrix *w, uint32_t
         return r;
 }
 
+/* fused - whether a step of n tokens runs the RMSNorms inside the matrix kernels. */
+static bool fused(uint32_t n)
+{
+        return n <= M40_CUDA_MATVEC_MAX_BATCH;
+}
+
+/* mm3_norm - mm3() of rmsnorm(f->x) * norm_w: for small steps (fused(n)) the products
+ * of f->xn = x * norm_w, which the embedding or the last residual update wrote, with the
+ * scales it left (matvec.h); otherwise the norm kernel writes f->xn = rmsnorm(x) * norm_w
+ * first. */
+static int mm3_norm(struct m40_cuda_fwd *f, const struct m40_cuda_matrix *w, uint32_t nw,
+                    const float *norm_w, float *const *y, const size_t *ldy, uint32_t n)
+{
+        bool same = true;
+        int r = 0;
+
+        if (!fused(n)) {
+                r = m40_cuda_rmsnorm(f->x, f->ld_dim, NULL, norm_w, f->m->dim, f->m->rms_eps, n,
+                                     f->xn, f->ld_dim, f->stream);
+                return r ? r : mm3(f, w, nw, f->xn, f->ld_dim, y, ldy, n);
+        }
+        for (uint32_t i = 1; i < nw; i++)
+                same = same && w[i].type == w[0].type && w[i].n_in == w[0].n_in &&
+                       w[i].row_bytes == w[0].row_bytes;
+        if (same)
+                return m40_cuda_matmul_n_rms(w, nw, f->xn, f->ld_dim, f->rms.scale, y, ldy, n,
+                                             f->stream);
+        for (uint32_t i = 0; i < nw && !r; i++)
+                r = m40_cuda_matmul_n_rms(&w[i], 1, f->xn, f->ld_dim, f->rms.scale, &y[i], &ldy[i],
+                                          n, f->stream);
+        return r;
+}
+
 /* mm_add - the residual stream f->x (n, dim) += x (n, w->n_in) W^T: in the matrix-vector
- * kernel's epilogue for small steps, else through f->tmp and an add. */
+ * kernel's epilogue for small steps, with the next norm's scales and f->xn = x * next_g
+ * (next_g NULL: no next norm in the layers), else through f->tmp and an add. */
 static int mm_add(struct m40_cuda_fwd *f, const struct m40_cuda_matrix *w, const float *x,
-                  size_t ldx, uint32_t n)
+                  size_t ldx, uint32_t n, const float *next_g)
 {
         int r;
 
-        if (n <= M40_CUDA_MATVEC_MAX_BATCH)
-                return m40_cuda_matvec_add(w, x, ldx, f->x, f->ld_dim, n, f->stream);
+        if (fused(n)) {
+                struct m40_cuda_rms_out ro = f->rms;
+
+                ro.g = next_g;
+                ro.xg = f->xn;
+                ro.ldxg = f->ld_dim;
+                return m40_cuda_matvec_add_rms(w, x, ldx, f->x, f->ld_dim, n, &ro, f->stream);
+        }
         r = mm(f, w, x, ldx, f->tmp, f->ld_dim, n);
         return r ? r : m40_cuda_add(f->x, f->tmp, f->ld_dim, f->m->dim, n, f->stream);
 }
 
-static int layer(struct m40_cuda_fwd *f, const struct dlayer *l, const struct m40_cuda_kv *kv,
-                 uint32_t T, uint32_t max_pos)
+/* layer - layer l (next: the one after it, or NULL for the last) for a step of T tokens. */
+static int layer(struct m40_cuda_fwd *f, const struct dlayer *l, const struct dlayer *next,
+                 const struct m40_cuda_kv *kv, uint32_t T, uint32_t max_pos)
 {
         const struct m40_model *m = f->m;
         const struct m40_cuda_rope rope = {f->rope_cs, m->rope.n_rot, m->rope.neox};
@@ -411,12 +558,9 @@ static int layer(struct m40_cuda_fwd *f, const struct dlayer *l, const struct m4
         cudaStream_t s = f->stream;
         int r;
 
-        r = m40_cuda_rmsnorm(f->x, f->ld_dim, NULL, l->attn_norm, m->dim, m->rms_eps, T, f->xn,
-                             f->ld_dim, s);
-        r = r ? r
-              : mm3(f, (const struct m40_cuda_matrix[]){l->wq, l->wk, l->wv}, 3, f->xn, f->ld_dim,
-                    (float *const[]){f->q, f->k, f->v},
-                    (const size_t[]){f->ld_q, f->ld_kv, f->ld_kv}, T);
+        r = mm3_norm(f, (const struct m40_cuda_matrix[]){l->wq, l->wk, l->wv}, 3, l->attn_norm,
+                     (float *const[]){f->q, f->k, f->v},
+                     (const size_t[]){f->ld_q, f->ld_kv, f->ld_kv}, T);
         if (!r && l->bq) {
                 r = m40_cuda_bias(f->q, l->bq, f->ld_q, m->q_dim, T, s);
                 r = r ? r : m40_cuda_bias(f->k, l->bk, f->ld_kv, m->kv_dim, T, s);
@@ -428,15 +572,12 @@ static int layer(struct m40_cuda_fwd *f, const struct dlayer *l, const struct m4
         r = r ? r
               : m40_cuda_attention(kv, f->q, f->ld_q, f->att, f->ld_q, m->n_heads, m->n_kv_heads,
                                    m->head_dim, scale, T, max_pos, f->attn_ws, f->attn_ws_bytes, s);
-        r = r ? r : mm_add(f, &l->wo, f->att, f->ld_q, T);
+        r = r ? r : mm_add(f, &l->wo, f->att, f->ld_q, T, l->ffn_norm);
         r = r ? r
-              : m40_cuda_rmsnorm(f->x, f->ld_dim, NULL, l->ffn_norm, m->dim, m->rms_eps, T, f->xn,
-                                 f->ld_dim, s);
-        r = r ? r
-              : mm3(f, (const struct m40_cuda_matrix[]){l->gate, l->up}, 2, f->xn, f->ld_dim,
-                    (float *const[]){f->gate, f->up}, (const size_t[]){f->ld_ff, f->ld_ff}, T);
+              : mm3_norm(f, (const struct m40_cuda_matrix[]){l->gate, l->up}, 2, l->ffn_norm,
+                         (float *const[]){f->gate, f->up}, (const size_t[]){f->ld_ff, f->ld_ff}, T);
         r = r ? r : m40_cuda_swiglu(f->gate, f->up, f->ld_ff, m->n_ff, T, s);
-        r = r ? r : mm_add(f, &l->down, f->gate, f->ld_ff, T);
+        r = r ? r : mm_add(f, &l->down, f->gate, f->ld_ff, T, next ? next->attn_norm : NULL);
         return r;
 }
 
@@ -494,11 +635,13 @@ static int forward(struct m40_cuda_fwd *f, uint32_t n, uint32_t n_rows, uint32_t
         };
         int r;
 
-        r = m40_cuda_embed(f->tok_embd.data, f->tok_embd.type, f->tok_embd.row_bytes, m->dim, d_tok,
-                           n, f->x, f->ld_dim, f->stream);
+        r = m40_cuda_embed_rms(f->tok_embd.data, f->tok_embd.type, f->tok_embd.row_bytes, m->dim,
+                               d_tok, n, f->x, f->ld_dim, fused(n) ? f->layers[0].attn_norm : NULL,
+                               f->xn, fused(n) ? f->rms.scale : NULL, m->rms_eps, f->stream);
         for (uint32_t i = 0; i < m->n_layers && !r; i++) {
                 kv.layer = i;
-                r = layer(f, &f->layers[i], &kv, n, max_pos);
+                r = layer(f, &f->layers[i], i + 1 < m->n_layers ? &f->layers[i + 1] : NULL, &kv, n,
+                          max_pos);
         }
         if (!r && n_rows) {
                 r = m40_cuda_rmsnorm(f->x, f->ld_dim, d_idx, f->output_norm, m->dim, m->rms_eps,

@@ -3,7 +3,9 @@
  *
  * Computes, for n_tok rows of activations (row-major, ld floats apart):
  *   k_embed    y[t] = dequant(table row tokens[t])       grid n_tok, 128 threads; exact
- *                                                         (quant.cuh deq8 is exact)
+ *                                                         (quant.cuh deq8 is exact);
+ *              with scale: also scale[t] = 1 / sqrt(mean(y[t]^2) + eps), as k_rmsnorm,
+ *              and with g xg[t] = y[t] * g (the fused RMSNorm's first input, matvec.h)
  *   k_rmsnorm  y[r] = x[idx[r]] / sqrt(mean(x^2) + eps) * w  grid n_rows, 128 to 1024
  *              threads (about 4 elements each);
  *              the sum of squares in double as the CPU; tolerance a few float ulps
@@ -20,42 +22,84 @@
 #include "cuda/ops.h"
 #include "cuda/quant.cuh"
 
+/* block_sum - the sum of v over the block (blockDim.x a multiple of 32, <= 1024). */
+template <typename V> __device__ V block_sum(V v, V *sh)
+{
+        for (int off = 16; off; off >>= 1)
+                v += __shfl_xor_sync(0xffffffffu, v, off);
+        if ((threadIdx.x & 31) == 0)
+                sh[threadIdx.x >> 5] = v;
+        __syncthreads();
+        v = 0;
+        for (int w = 0; w < (int)(blockDim.x >> 5); w++)
+                v += sh[w];
+        __syncthreads();
+        return v;
+}
+
 template <int T>
 __global__ void k_embed(const uint8_t *__restrict__ table, size_t row_bytes, int dim,
-                        const int32_t *__restrict__ tokens, float *__restrict__ y, size_t ld)
+                        const int32_t *__restrict__ tokens, float *__restrict__ y, size_t ld,
+                        const float *__restrict__ g, float *__restrict__ xg, float *scale,
+                        float eps)
 {
+        __shared__ double sh[32];
         const uint8_t *row = table + (size_t)tokens[blockIdx.x] * row_bytes;
         float *out = y + (size_t)blockIdx.x * ld;
+        double s = 0.0;
 
         for (int k = 8 * threadIdx.x; k < dim; k += 8 * blockDim.x) {
                 float w[8];
 
                 qt<T>::deq8(row, k, dim, w);
-                for (int i = 0; i < 8 && k + i < dim; i++)
+                for (int i = 0; i < 8 && k + i < dim; i++) {
                         out[k + i] = w[i];
+                        s += (double)(w[i] * w[i]);
+                        if (xg)
+                                xg[(size_t)blockIdx.x * ld + k + i] = w[i] * g[k + i];
+                }
         }
+        if (!scale) /* the same for the whole grid */
+                return;
+        s = block_sum(s, sh);
+        if (threadIdx.x == 0)
+                scale[blockIdx.x] = 1.0f / sqrtf((float)(s / (double)dim) + eps);
 }
 
 template <int T>
 static void launch_embed(const void *table, size_t row_bytes, uint32_t dim, const int32_t *tokens,
-                         uint32_t n_tok, float *y, size_t ld, cudaStream_t stream)
+                         uint32_t n_tok, float *y, size_t ld, const float *g, float *xg,
+                         float *scale, float eps, cudaStream_t stream)
 {
         k_embed<T><<<n_tok, 128, 0, stream>>>((const uint8_t *)table, row_bytes, (int)dim, tokens,
-                                              y, ld);
+                                              y, ld, g, xg, scale, eps);
 }
 
 extern "C" int m40_cuda_embed(const void *table, uint32_t type, size_t row_bytes, uint32_t dim,
                               const int32_t *tokens, uint32_t n_tok, float *y, size_t ld,
                               struct CUstream_st *stream)
 {
-        if (!table || !tokens || !y || ld < dim || !dim)
+        return m40_cuda_embed_rms(table, type, row_bytes, dim, tokens, n_tok, y, ld, NULL, NULL,
+                                  NULL, 0.0f, stream);
+}
+
+extern "C" int m40_cuda_embed_rms(const void *table, uint32_t type, size_t row_bytes, uint32_t dim,
+                                  const int32_t *tokens, uint32_t n_tok, float *y, size_t ld,
+                                  const float *g, float *xg, float *scale, float eps,
+                                  struct CUstream_st *stream)
+{
+        if (!table || !tokens || !y || ld < dim || !dim || !(eps >= 0.0f) || (g && !xg) ||
+            (g && !scale))
                 return -EINVAL;
+        if (!g)
+                xg = NULL;
         if (!n_tok)
                 return 0;
         switch (type) {
 #define E(T)                                                                                       \
         case T:                                                                                    \
-                launch_embed<T>(table, row_bytes, dim, tokens, n_tok, y, ld, stream);              \
+                launch_embed<T>(table, row_bytes, dim, tokens, n_tok, y, ld, g, xg, scale, eps,    \
+                                stream);                                                           \
                 break
                 E(M40_GGML_F32);
                 E(M40_GGML_F16);
@@ -73,21 +117,6 @@ extern "C" int m40_cuda_embed(const void *table, uint32_t type, size_t row_bytes
                 return M40_EUNSUPPORTED;
         }
         return m40_cuda_launch_status("embed");
-}
-
-/* block_sum - the sum of v over the block (blockDim.x a multiple of 32, <= 1024). */
-template <typename V> __device__ V block_sum(V v, V *sh)
-{
-        for (int off = 16; off; off >>= 1)
-                v += __shfl_xor_sync(0xffffffffu, v, off);
-        if ((threadIdx.x & 31) == 0)
-                sh[threadIdx.x >> 5] = v;
-        __syncthreads();
-        v = 0;
-        for (int w = 0; w < (int)(blockDim.x >> 5); w++)
-                v += sh[w];
-        __syncthreads();
-        return v;
 }
 
 __global__ void k_rmsnorm(const float *__restrict__ x, size_t ldx, const int32_t *__restrict__ idx,

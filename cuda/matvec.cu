@@ -100,6 +100,7 @@ static int check(const struct m40_cuda_matrix *w, const float *x, size_t ldx, fl
         a->nb = (int)batch;
         a->vec = w->row_bytes % 16 == 0;
         a->add = false;
+        a->rms = mv_rms();
         return 0;
 }
 
@@ -160,18 +161,19 @@ extern "C" int m40_cuda_matmul(const struct m40_cuda_matrix *w, const float *x, 
         return m40_cuda_matmul_tiled(w, x, ldx, y, ldy, batch, stream);
 }
 
-extern "C" int m40_cuda_matmul_n(const struct m40_cuda_matrix *w, uint32_t n, const float *x,
-                                 size_t ldx, float *const *y, const size_t *ldy, uint32_t batch,
-                                 struct CUstream_st *stream)
+/* The checks of a call on n matrices that share x (m40_cuda_matmul_n and _rms): each as
+ * check() with batch up to max_batch, one type, n_in and row_bytes, outputs apart. */
+static int check_n(const struct m40_cuda_matrix *w, uint32_t n, const float *x, size_t ldx,
+                   float *const *y, const size_t *ldy, uint32_t batch, uint32_t max_batch,
+                   struct mv_args *a)
 {
-        struct mv_args a[MV_MAX_MATS];
         uintptr_t yb[MV_MAX_MATS], ye[MV_MAX_MATS];
-        int r;
 
         if (!w || !y || !ldy || n < 1 || n > M40_CUDA_MATMUL_MAX_MATS)
                 return -EINVAL;
         for (uint32_t i = 0; i < n; i++) {
-                r = check(&w[i], x, ldx, y[i], ldy[i], batch, M40_CUDA_MATMUL_MAX_BATCH, &a[i]);
+                const int r = check(&w[i], x, ldx, y[i], ldy[i], batch, max_batch, &a[i]);
+
                 if (r < 0)
                         return r;
                 if (w[i].type != w[0].type || w[i].n_in != w[0].n_in ||
@@ -183,6 +185,18 @@ extern "C" int m40_cuda_matmul_n(const struct m40_cuda_matrix *w, uint32_t n, co
                         if (yb[i] < ye[j] && yb[j] < ye[i])
                                 return -EINVAL;
         }
+        return 0;
+}
+
+extern "C" int m40_cuda_matmul_n(const struct m40_cuda_matrix *w, uint32_t n, const float *x,
+                                 size_t ldx, float *const *y, const size_t *ldy, uint32_t batch,
+                                 struct CUstream_st *stream)
+{
+        struct mv_args a[MV_MAX_MATS];
+        int r = check_n(w, n, x, ldx, y, ldy, batch, M40_CUDA_MATMUL_MAX_BATCH, a);
+
+        if (r < 0)
+                return r;
         if (batch <= M40_CUDA_MATVEC_MAX_BATCH)
                 return launch(a, (int)n, w[0].type, 0, stream);
         for (uint32_t i = 0; i < n; i++) {
@@ -201,4 +215,52 @@ extern "C" int m40_cuda_matvec_add(const struct m40_cuda_matrix *w, const float 
 
         a.add = true;
         return r < 0 ? r : launch(&a, 1, w->type, 0, stream);
+}
+
+extern "C" int m40_cuda_matmul_n_rms(const struct m40_cuda_matrix *w, uint32_t n, const float *xg,
+                                     size_t ldx, const float *scale, float *const *y,
+                                     const size_t *ldy, uint32_t batch, struct CUstream_st *stream)
+{
+        struct mv_args a[MV_MAX_MATS];
+        const int r = scale ? check_n(w, n, xg, ldx, y, ldy, batch, M40_CUDA_MATVEC_MAX_BATCH, a)
+                            : -EINVAL;
+
+        if (r < 0)
+                return r;
+        a[0].rms.scale = scale;
+        return launch(a, (int)n, w[0].type, 0, stream);
+}
+
+extern "C" int m40_cuda_matvec_add_rms(const struct m40_cuda_matrix *w, const float *x, size_t ldx,
+                                       float *y, size_t ldy, uint32_t batch,
+                                       const struct m40_cuda_rms_out *out,
+                                       struct CUstream_st *stream)
+{
+        struct mv_args a;
+        int r = check(w, x, ldx, y, ldy, batch, M40_CUDA_MATVEC_MAX_BATCH, &a);
+
+        if (r < 0)
+                return r;
+        if (!out || !out->scale || !out->partial || !out->counter ||
+            out->partial_bytes < M40_CUDA_RMS_PARTIAL_BYTES(w->n_out) || !(out->eps >= 0.0f) ||
+            (out->g && (!out->xg || out->ldxg < w->n_out || out->ldxg > (size_t)INT_MAX / batch)))
+                return -EINVAL;
+        if (out->g) { /* xg must not overlap x or y */
+                const uintptr_t gb = (uintptr_t)out->xg,
+                                ge = gb + (uintptr_t)batch * out->ldxg * sizeof(float);
+                const uintptr_t xb = (uintptr_t)x, xe = xb + (uintptr_t)batch * ldx * sizeof(float);
+                const uintptr_t yb = (uintptr_t)y, ye = yb + (uintptr_t)batch * ldy * sizeof(float);
+
+                if ((gb < xe && xb < ge) || (gb < ye && yb < ge))
+                        return -EINVAL;
+        }
+        a.add = true;
+        a.rms.g = out->g;
+        a.rms.xg = out->g ? out->xg : NULL;
+        a.rms.ldxg = (int)out->ldxg;
+        a.rms.ss_out = out->scale;
+        a.rms.ss_part = out->partial;
+        a.rms.ss_cnt = out->counter;
+        a.rms.eps = out->eps;
+        return launch(&a, 1, w->type, 0, stream);
 }

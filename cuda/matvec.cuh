@@ -6,7 +6,7 @@
  * W (n_out, n_in) in GGML type T (rows of row_bytes bytes) and x (nb, ldx), y (nb, ldy)
  * row-major floats: the CPU engine's m40_cpu_matmul() (daemon/engine/matmul.h).
  *
- * k_matvec<T, NB, R, VEC> - batch 1..8 (NB = 1, 2, 4, 8 columns, nb <= NB): the
+ * k_matvec<T, NB, R, VEC, RMS> - batch 1..8 (NB = 1, 2, 4, 8 columns, nb <= NB): the
  *   bandwidth kernel. Launch: 256 threads = 8 warps per block, 1-D grid. Each warp owns
  *   R consecutive rows (1 to 4, see mv_rows) and a 1/S share of their pieces (S = 1, 2, 4
  *   or 8 warps of one block split a row group when rows are few, so every SM has warps
@@ -44,6 +44,29 @@
 static_assert(MM_THREADS == 64 * 4, "k_matmul: 4 threads dequantize a row's 32 weights");
 static_assert(MV_WARPS == 8, "k_matvec splits rows over up to 8 warps of a block");
 
+/* RMSNorm fused into k_matvec (decode steps; ops.h's rmsnorm is the reference). With
+ * y = x / rms(x) * g, y W^T = ((x * g) W^T) / rms(x): the norm's weight can be applied
+ * where x is made and its scale after the sums, so the inner loop stays as it is:
+ *  - producer (ss_out set, with add): after y += x W^T (y the residual stream) the kernel
+ *    also writes xg[c][o] = y[c][o] * g[o] (g the next norm's weight, ldxg apart) and
+ *    leaves scale[c] = 1 / sqrt(mean_o y[c][o]^2 + eps) over the n_out rows in ss_out:
+ *    each block adds the squares of the outputs it wrote into ss_part[block * MV_NB_MAX
+ *    + c]; the last block to finish (ss_cnt: atomicAdd after __threadfence, left 0
+ *    again) adds the partials in block order and writes ss_out. Deterministic: no
+ *    order depends on timing.
+ *  - consumer (scale set): the product of xg, each sum times scale[c] before it is
+ *    written. */
+#define MV_NB_MAX 8
+struct mv_rms {
+        const float *scale; /* consumer */
+        const float *g;     /* producer: */
+        float *xg;
+        int ldxg;
+        float *ss_out, *ss_part;
+        unsigned *ss_cnt;
+        float eps;
+};
+
 /* The arguments every launcher takes (checked by matvec.cu). */
 struct mv_args {
         const uint8_t *w;
@@ -54,8 +77,9 @@ struct mv_args {
         float *y;
         int ldy;
         int nb;
-        bool vec; /* rows and x are 16-byte aligned (float types: whole-piece loads) */
-        bool add; /* k_matvec: y += x W^T (all matrices of the call) */
+        bool vec;          /* rows and x are 16-byte aligned (float types: whole-piece loads) */
+        bool add;          /* k_matvec: y += x W^T (all matrices of the call) */
+        struct mv_rms rms; /* k_matvec: the fused RMSNorm (zeroed: none) */
 };
 
 /* k_matvec's matrices: 1 to MV_MAX_MATS weight matrices of one type, n_in and row_bytes
@@ -68,6 +92,7 @@ struct mv_mats {
         float *y[MV_MAX_MATS];
         int n_out[MV_MAX_MATS], ldy[MV_MAX_MATS], g_end[MV_MAX_MATS];
         int add; /* y += result (a residual connection) instead of y = result */
+        struct mv_rms rms;
 };
 static_assert(MV_MAX_MATS == M40_CUDA_MATMUL_MAX_MATS && MV_MAX_MATS == 3,
               "k_matvec selects among 3 matrices");
@@ -167,18 +192,26 @@ M40_HD void mv_piece(const typename qt<T>::raw raw[R], int nrows, int n_in, int 
  * Rows w + r * row_bytes for r < nrows (<= R); pieces p_begin + lane, + nlanes, ...
  * below p_end; adds to acc[r][c] for c < nb (<= NB). A persistent kernel calls it with
  * its own lane/piece split and reduces acc itself. (Loading the next piece before
- * computing this one was tried: the extra registers cost more warps per SM than the
- * overlap gained, 10-20% slower on an H100.) */
-template <int T, int NB, int R, bool VEC>
+ * computing this one, U = 2, costs most types more warps per SM than the overlap
+ * gains; the K types gain: see mv_unroll.) */
+template <int T, int NB, int R, bool VEC, int U = 1>
 M40_HD void matvec_lane(const uint8_t *w, size_t row_bytes, int nrows, int n_in, int p_begin,
                         int p_end, int lane, int nlanes, const float *x, int ldx, int nb,
                         float acc[R][NB])
 {
-        for (int p = p_begin + lane; p < p_end; p += nlanes) {
-                typename qt<T>::raw raw[R];
+        for (int p = p_begin + lane; p < p_end; p += U * nlanes) {
+                typename qt<T>::raw raw[U][R];
 
-                mv_load<T, R, VEC>(raw, w, row_bytes, nrows, n_in, p);
-                mv_piece<T, NB, R>(raw, nrows, n_in, p, x, ldx, nb, acc);
+                M40_UNROLL
+                for (int u = 0; u < U; u++)
+                        if (p + u * nlanes < p_end)
+                                mv_load<T, R, VEC>(raw[u], w, row_bytes, nrows, n_in,
+                                                   p + u * nlanes);
+                M40_UNROLL
+                for (int u = 0; u < U; u++)
+                        if (p + u * nlanes < p_end)
+                                mv_piece<T, NB, R>(raw[u], nrows, n_in, p + u * nlanes, x, ldx, nb,
+                                                   acc);
         }
 }
 
@@ -192,7 +225,79 @@ template <int N> static __device__ __forceinline__ void warp_sum(float *v)
                         v[i] += __shfl_xor_sync(0xffffffffu, v[i], off);
 }
 
-template <int T, int NB, int R, bool VEC>
+/* The producer half of the fused RMSNorm (struct mv_rms), run by every thread of every
+ * block of a k_matvec launch after its outputs are written: sq is the square of the
+ * output this thread wrote (0 if none) in column c; n the rows of the whole output. */
+template <int NB>
+static __device__ void rms_produce(const struct mv_rms &rm, float sq, int c, int nb, int n)
+{
+        __shared__ float ws[MV_WARPS][NB];
+        __shared__ double tot[MV_WARPS];
+        __shared__ bool last;
+        const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+        float q[NB];
+
+#pragma unroll
+        for (int i = 0; i < NB; i++)
+                q[i] = c == i ? sq : 0.0f;
+        warp_sum<NB>(q);
+        if (lane == 0)
+#pragma unroll
+                for (int i = 0; i < NB; i++)
+                        ws[warp][i] = q[i];
+        __syncthreads();
+        if (threadIdx.x < MV_NB_MAX) {
+                float b = 0.0f;
+
+                for (int k = 0; k < MV_WARPS; k++)
+                        b += threadIdx.x < NB ? ws[k][threadIdx.x] : 0.0f;
+                rm.ss_part[(size_t)blockIdx.x * MV_NB_MAX + threadIdx.x] = b;
+                __threadfence();
+        }
+        __syncthreads();
+        if (threadIdx.x == 0)
+                last = atomicAdd(rm.ss_cnt, 1u) == gridDim.x - 1;
+        __syncthreads();
+        if (!last)
+                return;
+        __threadfence();
+        for (int col = 0; col < nb; col++) { /* the partials in a fixed order */
+                double t = 0.0;
+
+                for (unsigned b = threadIdx.x; b < gridDim.x; b += blockDim.x)
+                        t += (double)__ldcg(rm.ss_part + (size_t)b * MV_NB_MAX + col);
+#pragma unroll
+                for (int off = 16; off > 0; off >>= 1)
+                        t += __shfl_xor_sync(0xffffffffu, t, off);
+                if (lane == 0)
+                        tot[warp] = t;
+                __syncthreads();
+                if (threadIdx.x == 0) {
+                        double all = 0.0;
+
+                        for (int k = 0; k < MV_WARPS; k++)
+                                all += tot[k];
+                        rm.ss_out[col] = 1.0f / sqrtf((float)(all / (double)n) + rm.eps);
+                }
+                __syncthreads();
+        }
+        if (threadIdx.x == 0)
+                *rm.ss_cnt = 0; /* for the next launch */
+}
+
+/* Pieces a lane loads before it computes them (matvec_lane's U): 2 for the 4/5-bit K
+ * types at batch 1, whose long pieces leave registers for a second (H100, 4096x14336:
+ * Q4_K 0.37 -> 0.41 of copy bandwidth, Q5_K 0.36 -> 0.44), 1 for the rest, which it
+ * made slower (Q4_0 0.50 -> 0.45, F16 0.88 -> 0.84: fewer warps fit an SM). */
+template <int T, int NB> struct mv_unroll {
+        enum { U = NB == 1 && (T == M40_GGML_Q4_K || T == M40_GGML_Q5_K) ? 2 : 1 };
+};
+
+/* RMS: the fused RMSNorm's producer epilogue (struct mv_rms) is compiled in; without it
+ * the kernel is the plain product, whose sums the consumer's scale may multiply (the
+ * producer's registers and branches cost the plain quantized kernels 10-20% of their
+ * bandwidth on an H100 when they were compiled into every launch). */
+template <int T, int NB, int R, bool VEC, bool RMS, int U>
 static __global__ void __launch_bounds__(MV_THREADS, 2)
         k_matvec(const struct mv_mats mm, size_t row_bytes, int n_in, const float *__restrict__ x,
                  int ldx, int nb, int split_log2)
@@ -226,38 +331,85 @@ static __global__ void __launch_bounds__(MV_THREADS, 2)
                 for (int c = 0; c < NB; c++)
                         acc[r][c] = 0.0f;
         if (nrows > 0)
-                matvec_lane<T, NB, R, VEC>(w + (size_t)row0 * row_bytes, row_bytes, nrows, n_in, p0,
-                                           p1 < np ? p1 : np, lane, 32, x, ldx, nb, acc);
+                matvec_lane<T, NB, R, VEC, U>(w + (size_t)row0 * row_bytes, row_bytes, nrows, n_in,
+                                              p0, p1 < np ? p1 : np, lane, 32, x, ldx, nb, acc);
         warp_sum<R * NB>(&acc[0][0]);
+
+        if (!RMS) {                    /* plain, or the consumer's scale */
+                if (split_log2 == 0) { /* the same for the whole grid: no barrier is skipped */
+#pragma unroll
+                        for (int r = 0; r < R; r++)
+#pragma unroll
+                                for (int c = 0; c < NB; c++)
+                                        if (lane == r * NB + c && r < nrows && c < nb) {
+                                                float *yo = y + (size_t)c * ldy + row0 + r;
+                                                const float v =
+                                                        mm.rms.scale ? acc[r][c] * mm.rms.scale[c]
+                                                                     : acc[r][c];
+
+                                                *yo = mm.add ? *yo + v : v;
+                                        }
+                        return;
+                }
+                if (lane == 0)
+#pragma unroll
+                        for (int i = 0; i < R * NB; i++)
+                                part[warp][i] = (&acc[0][0])[i];
+                __syncthreads();
+                if (split == 0 && lane < R * NB) {
+                        const int r = lane / NB, c = lane % NB;
+
+                        if (r < nrows && c < nb) {
+                                float sum = 0.0f;
+
+                                for (int k = 0; k < (1 << split_log2); k++)
+                                        sum += part[warp + k][lane];
+                                if (mm.rms.scale)
+                                        sum *= mm.rms.scale[c];
+                                y[(size_t)c * ldy + row0 + r] =
+                                        mm.add ? y[(size_t)c * ldy + row0 + r] + sum : sum;
+                        }
+                }
+                return;
+        }
+
+        /* the lane that writes output (r, c) = (lane / NB, lane % NB): its sum */
+        const int wr = lane / NB, wc = lane % NB;
+        bool mine = false;
+        float v = 0.0f;
 
         if (split_log2 == 0) { /* the same for the whole grid: no barrier below is skipped */
 #pragma unroll
                 for (int r = 0; r < R; r++)
 #pragma unroll
                         for (int c = 0; c < NB; c++)
-                                if (lane == r * NB + c && r < nrows && c < nb)
-                                        y[(size_t)c * ldy + row0 + r] =
-                                                mm.add ? y[(size_t)c * ldy + row0 + r] + acc[r][c]
-                                                       : acc[r][c];
-                return;
-        }
-        if (lane == 0)
+                                if (lane == r * NB + c)
+                                        v = acc[r][c];
+                mine = lane < R * NB && wr < nrows && wc < nb;
+        } else {
+                if (lane == 0)
 #pragma unroll
-                for (int i = 0; i < R * NB; i++)
-                        part[warp][i] = (&acc[0][0])[i];
-        __syncthreads();
-        if (split == 0 && lane < R * NB) {
-                const int r = lane / NB, c = lane % NB;
-
-                if (r < nrows && c < nb) {
-                        float sum = 0.0f;
-
+                        for (int i = 0; i < R * NB; i++)
+                                part[warp][i] = (&acc[0][0])[i];
+                __syncthreads();
+                if (split == 0 && lane < R * NB && wr < nrows && wc < nb) {
                         for (int k = 0; k < (1 << split_log2); k++)
-                                sum += part[warp + k][lane];
-                        y[(size_t)c * ldy + row0 + r] =
-                                mm.add ? y[(size_t)c * ldy + row0 + r] + sum : sum;
+                                v += part[warp + k][lane];
+                        mine = true;
                 }
         }
+        if (mine) {
+                float *yo = y + (size_t)wc * ldy + row0 + wr;
+
+                if (mm.rms.scale)
+                        v *= mm.rms.scale[wc];
+                v = mm.add ? *yo + v : v;
+                *yo = v;
+                if (mm.rms.xg)
+                        mm.rms.xg[(size_t)wc * mm.rms.ldxg + row0 + wr] = v * mm.rms.g[row0 + wr];
+        }
+        if (mm.rms.ss_out) /* the same for the whole grid */
+                rms_produce<NB>(mm.rms, mine ? v * v : 0.0f, wc, nb, mm.n_out[0]);
 }
 
 template <int T, int TM, int TN>
@@ -375,12 +527,19 @@ static int launch_mv(const struct mv_args *a, int n, int sms, cudaStream_t strea
                 mm.g_end[i] = groups;
         }
         mm.add = a->add;
+        mm.rms = a->rms;
         const int sl = mv_split_log2(groups, sms, qt<T>::EPP == 32 ? 16 : 32);
         const long items = (long)groups << sl;
         const unsigned blocks = (unsigned)((items + MV_WARPS - 1) / MV_WARPS);
 
-        k_matvec<T, NB, R, VEC><<<blocks, MV_THREADS, 0, stream>>>(mm, a->row_bytes, a->n_in, a->x,
-                                                                   a->ldx, a->nb, sl);
+        enum { U = mv_unroll<T, NB>::U };
+
+        if (mm.rms.ss_out)
+                k_matvec<T, NB, R, VEC, true, U><<<blocks, MV_THREADS, 0, stream>>>(
+                        mm, a->row_bytes, a->n_in, a->x, a->ldx, a->nb, sl);
+        else
+                k_matvec<T, NB, R, VEC, false, U><<<blocks, MV_THREADS, 0, stream>>>(
+                        mm, a->row_bytes, a->n_in, a->x, a->ldx, a->nb, sl);
         return m40_cuda_launch_status("k_matvec");
 }
 
@@ -407,13 +566,14 @@ static int launch_matvec_t(const struct mv_args *a, int n, int sms, cudaStream_t
         return launch_mv<T, 8, mv_rows<T, 8>::R, VEC>(a, n, sms, stream);
 }
 
-/* k_matvec for type T over a[0 .. n): the float types pick whole-vector loads when rows
- * allow (a[0].vec covers all n: same row_bytes, and their data 16-byte aligned). */
+/* k_matvec for type T over a[0 .. n): the float and split types pick whole-vector loads
+ * when rows allow (a[0].vec covers all n: same row_bytes, and their data 16-byte
+ * aligned); the K types' blocks are multiples of 16 bytes and instantiate VEC only. */
 template <int T>
 static int launch_matvec(const struct mv_args *a, int n, int sms, cudaStream_t stream)
 {
-        if (qt<T>::TAIL && !a->vec) /* block types instantiate VEC = true only */
-                return launch_matvec_t<T, !qt<T>::TAIL>(a, n, sms, stream);
+        if ((qt<T>::TAIL || qt<T>::SPLIT) && !a->vec)
+                return launch_matvec_t<T, !(qt<T>::TAIL || qt<T>::SPLIT)>(a, n, sms, stream);
         return launch_matvec_t<T, true>(a, n, sms, stream);
 }
 

@@ -3,7 +3,9 @@
  * Owns the public contract of the matrix-vector and small-batch matrix products the
  * decoder runs for every weight: y (batch, n_out) = x (batch, n_in) * W^T, W in any
  * weight type of DESIGN.md section 6 (F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q5_K
- * Q6_K) stored as in the GGUF file, FP32 arithmetic, batch 1..64. The same contract as
+ * Q6_K) in the device layout (GGUF's blocks; the rows of Q8_0, Q4_0, Q4_1, Q5_0, Q5_1
+ * and Q6_K split into their fields by m40_cuda_relayout() first: cuda/quant.cuh says
+ * why and how), FP32 arithmetic, batch 1..64. The same contract as
  * the CPU engine's m40_cpu_matmul() (daemon/engine/matmul.h), which is its reference;
  * the kernels are in matvec.cuh.
  *
@@ -81,6 +83,59 @@ int m40_cuda_matvec_add(const struct m40_cuda_matrix *w, const float *x, size_t 
  * shared memory), batch 1..M40_CUDA_MATMUL_MAX_BATCH. */
 int m40_cuda_matmul_tiled(const struct m40_cuda_matrix *w, const float *x, size_t ldx, float *y,
                           size_t ldy, uint32_t batch, struct CUstream_st *stream);
+
+/* The RMSNorm fused into the matrix-vector kernel (decode steps, batch 1..
+ * M40_CUDA_MATVEC_MAX_BATCH), so that a layer needs no normalization kernel of its own.
+ * With xn = x / rms(x) * g: xn W^T = ((x * g) W^T) / rms(x), so the product that updates
+ * the residual stream x (m40_cuda_matvec_add_rms()) also writes xg = x * g for the next
+ * norm's weight g and, per column c, scale[c] = 1 / sqrt(mean(x[c]^2) + eps); the
+ * products that read the normalized x multiply xg and scale each sum
+ * (m40_cuda_matmul_n_rms()). That is ops.h's m40_cuda_rmsnorm() followed by the
+ * product up to FP32 rounding (the scale applied after the sums instead of before: a
+ * few 1e-7 relative). */
+#define M40_CUDA_RMS_PARTIAL_BYTES(n_out) ((size_t)(n_out)*8 * sizeof(float))
+struct m40_cuda_rms_out {
+        const float *g;       /* the next norm's weight (n_out floats), or NULL: no xg */
+        float *xg;            /* batch rows of ldxg floats: y * g, written */
+        size_t ldxg;          /* >= n_out */
+        float *scale;         /* batch floats, written */
+        float *partial;       /* workspace of partial_bytes (per-block partial sums) */
+        size_t partial_bytes; /* at least M40_CUDA_RMS_PARTIAL_BYTES(w->n_out) */
+        unsigned *counter;    /* one word, 0 before the first call; every call leaves it 0 */
+        float eps;
+};
+
+/* m40_cuda_matvec_add_rms - m40_cuda_matvec_add(), then, for the updated y[c][0 ..
+ * n_out): out->xg[c] = y[c] * out->g (when g is set) and out->scale[c] (see above).
+ * Calls that share out->counter or out->partial must not run at the same time (one
+ * stream). -EINVAL also for a short workspace or an xg that overlaps x or y. */
+int m40_cuda_matvec_add_rms(const struct m40_cuda_matrix *w, const float *x, size_t ldx, float *y,
+                            size_t ldy, uint32_t batch, const struct m40_cuda_rms_out *out,
+                            struct CUstream_st *stream);
+
+/* m40_cuda_matmul_n_rms - m40_cuda_matmul_n() of the normalized x from the xg and scales
+ * above: y[i][c] = (xg[c] W[i]^T) * scale[c], one launch, batch 1..
+ * M40_CUDA_MATVEC_MAX_BATCH (scale: m40_cuda_matvec_add_rms()'s or
+ * m40_cuda_embed_rms()'s). */
+int m40_cuda_matmul_n_rms(const struct m40_cuda_matrix *w, uint32_t n, const float *xg, size_t ldx,
+                          const float *scale, float *const *y, const size_t *ldy, uint32_t batch,
+                          struct CUstream_st *stream);
+
+/* m40_cuda_relayout - rewrite w's rows, as loaded from the GGUF file, into the device
+ * layout the kernels here read (quant.cuh: the fields of each block type whose blocks
+ * are not 16-byte multiples, one after another in every row; other types are left as
+ * they are), in place. bounce is device scratch of bounce_bytes, at least one row
+ * (m40_cuda_relayout_bounce()); rows go through it in as large batches as fit. Asynchronous
+ * on stream; the data must not be read before the stream gets past it. Returns 0;
+ * -EINVAL for a NULL argument, a shape against the layout above, or a bounce smaller
+ * than a row; M40_ECUDA when a copy or launch failed. Run it once per tensor: twice
+ * scrambles the rows. */
+int m40_cuda_relayout(const struct m40_cuda_matrix *w, void *bounce, size_t bounce_bytes,
+                      struct CUstream_st *stream);
+
+/* m40_cuda_relayout_bounce - the bounce bytes m40_cuda_relayout() needs for w: one row
+ * for the types it rewrites, 0 for the rest. */
+size_t m40_cuda_relayout_bounce(const struct m40_cuda_matrix *w);
 
 /* m40_cuda_matmul_supports - whether the launchers handle GGML type id type. */
 bool m40_cuda_matmul_supports(uint32_t type);

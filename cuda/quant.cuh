@@ -24,6 +24,16 @@
  * fp16 arithmetic; weight loads go through the read-only path (__ldg). 32-bit integer
  * multiplies are avoided in the loops (Maxwell emulates them).
  *
+ * The device layout (split rows): a GGML block of Q8_0 (34 bytes), Q4_0 (18), Q4_1 (20),
+ * Q5_0 (22), Q5_1 (24) or Q6_K (210) is not a multiple of 16 bytes, so its quants can
+ * only be read with 2-byte loads, which costs a matrix-vector product about half the
+ * memory bandwidth. The engine therefore rewrites each row of these types once, after
+ * loading (cuda/layout.h), into its blocks' fields one after another: all quants, then
+ * (Q5) all 5th bits, then all scales (split_fields() says which bytes of a block go
+ * where). Row size and row starts do not change; a row of nb blocks whose start is
+ * 16-byte aligned has its quants 16-byte aligned too. The decoders below read that
+ * layout for those six types and GGML's own for the rest; split_row() makes it.
+ *
  * Alignment contract: a weight row starts 2-byte aligned and every block type keeps
  * the alignment its layout gives (Q4_1 4, Q5_1 8, Q4_K/Q5_K 16, F32 4), which holds
  * when the tensor itself is 16-byte aligned. Everything here is __host__ __device__ so
@@ -146,6 +156,25 @@ M40_HD uint32_t perm(uint32_t a, uint32_t b, uint32_t sel) /* __byte_perm */
 M40_HD uint32_t ld_u32_a2(const uint8_t *p)
 {
         return perm(ld_u16(p), ld_u16(p + 2), 0x5410);
+}
+
+/* 16 bytes at a 2-aligned address, with the widest loads its alignment allows (the
+ * same for every lane that reads one row: no divergence). */
+M40_HD uint4 ld_u128_a2(const uint8_t *p)
+{
+        const uintptr_t a = (uintptr_t)p;
+
+        if (!(a & 15))
+                return ld_u128(p);
+        if (!(a & 3))
+                return make_uint4(ld_u32(p), ld_u32(p + 4), ld_u32(p + 8), ld_u32(p + 12));
+        return make_uint4(ld_u32_a2(p), ld_u32_a2(p + 4), ld_u32_a2(p + 8), ld_u32_a2(p + 12));
+}
+
+/* Word i (0..3) of u, by selects (no local-memory indexing). */
+M40_HD uint32_t word(const uint4 &u, int i)
+{
+        return i == 0 ? u.x : i == 1 ? u.y : i == 2 ? u.z : u.w;
 }
 
 M40_HD float as_float(uint32_t u)
@@ -277,6 +306,82 @@ M40_HD void k4_scale_pair(uint4 h, int j, uint32_t *sc, uint32_t *mn)
         *mn = j < 2 ? lo_mn : hi_mn;
 }
 
+/* ---- the device layout ---- */
+
+#define SPLIT_MAX_FIELDS 3
+
+/* The split layout of `type` (see the top of this file): returns the number of fields
+ * (0 when the type keeps GGML's layout) and, for each in its split order, where it lies
+ * in a GGML block (off, size bytes); *bb gets the block's bytes. All even: the
+ * split moves whole 16-bit units. */
+M40_HD int split_fields(uint32_t type, int *bb, int off[SPLIT_MAX_FIELDS],
+                        int size[SPLIT_MAX_FIELDS])
+{
+        int n = 0;
+
+#define F(o, sz) (off[n] = (o), size[n] = (sz), n++)
+        switch (type) {
+        case M40_GGML_Q8_0:
+                *bb = 34, F(2, 32), F(0, 2);
+                break;
+        case M40_GGML_Q4_0:
+                *bb = 18, F(2, 16), F(0, 2);
+                break;
+        case M40_GGML_Q4_1:
+                *bb = 20, F(4, 16), F(0, 4);
+                break;
+        case M40_GGML_Q5_0:
+                *bb = 22, F(6, 16), F(2, 4), F(0, 2);
+                break;
+        case M40_GGML_Q5_1:
+                *bb = 24, F(8, 16), F(4, 4), F(0, 4);
+                break;
+        case M40_GGML_Q6_K:
+                *bb = 210, F(0, 208), F(208, 2);
+                break;
+        default:
+                break;
+        }
+#undef F
+        return n;
+}
+
+/* Where 16-bit unit u (0 .. nb * bb / 2) of a split row comes from in the GGML row: its
+ * byte offset there. Field f of block k lies at start_f + size_f * k, start_f the sum of
+ * the earlier fields' sizes times nb. */
+M40_HD int split_src(int u, int nb, int bb, int nf, const int off[SPLIT_MAX_FIELDS],
+                     const int size[SPLIT_MAX_FIELDS])
+{
+        int o = 2 * u;
+
+        for (int f = 0; f < nf; f++) {
+                const int end = size[f] * nb;
+
+                if (o < end || f == nf - 1)
+                        return bb * (o / size[f]) + off[f] + o % size[f];
+                o -= end;
+        }
+        return 0;
+}
+
+/* split_row - GGML row `in` (nb blocks of `type`) in the split layout, to `out` (not
+ * overlapping in). A type that keeps GGML's layout is copied. For the host (tests,
+ * tools); the engine does the same on the device (cuda/layout.cu). */
+static inline __host__ void split_row(uint32_t type, const uint8_t *in, uint8_t *out, int nb)
+{
+        int bb, off[SPLIT_MAX_FIELDS], size[SPLIT_MAX_FIELDS];
+        const int nf = split_fields(type, &bb, off, size);
+
+        if (!nf) {
+                const struct m40_ggml_type_info *ti = m40_ggml_type_info(type);
+
+                memcpy(out, in, (size_t)nb * ti->type_size);
+                return;
+        }
+        for (int u = 0; u < nb * bb / 2; u++)
+                memcpy(out + 2 * u, in + split_src(u, nb, bb, nf, off, size), 2);
+}
+
 /* ---- the decoders ---- */
 
 template <int T> struct qt;
@@ -285,7 +390,7 @@ template <int T> struct qt;
  * piece may be partial: what lies past n_in reads as 0). VEC: rows are 16-byte
  * aligned, so whole pieces load as 16-byte vectors. */
 template <> struct qt<M40_GGML_F32> {
-        enum { EPP = 8, NRUN = 2, NG = 1, XSUM = 0, TAIL = 1, ESIZE = 4 };
+        enum { EPP = 8, NRUN = 2, NG = 1, XSUM = 0, TAIL = 1, SPLIT = 0, ESIZE = 4 };
         struct raw {
                 float f[8];
         };
@@ -331,7 +436,7 @@ template <> struct qt<M40_GGML_F32> {
 
 /* F16 and BF16 differ only in the conversion. */
 template <bool BF> struct qt_half {
-        enum { EPP = 8, NRUN = 2, NG = 1, XSUM = 0, TAIL = 1, ESIZE = 2 };
+        enum { EPP = 8, NRUN = 2, NG = 1, XSUM = 0, TAIL = 1, SPLIT = 0, ESIZE = 2 };
         struct raw {
                 uint32_t h[4]; /* 8 halves */
         };
@@ -385,23 +490,24 @@ template <> struct qt<M40_GGML_F16> : qt_half<false> {
 template <> struct qt<M40_GGML_BF16> : qt_half<true> {
 };
 
-/* Q8_0: d (f16), 32 x int8; x = q * d. Piece s of a block: elements 8s..8s+7. */
+/* Q8_0: d (f16), 32 x int8; x = q * d. Split row: qs[nb][32], then d[nb]. Piece p: 16
+ * elements, qs bytes 16p .. 16p + 15 of the row (block p / 2), one 16-byte load on
+ * 16-byte aligned rows (H100, 4096x14336: 0.74 of copy bandwidth, against 0.64 for
+ * 8-element pieces of GGML blocks and 0.65 for 8-element pieces of split rows). */
 template <> struct qt<M40_GGML_Q8_0> {
-        enum { EPP = 8, NRUN = 2, NG = 1, XSUM = 0, TAIL = 0, BB = 34 };
+        enum { EPP = 16, NRUN = 4, NG = 1, XSUM = 0, TAIL = 0, SPLIT = 1, BB = 34 };
         struct raw {
-                uint32_t d, q[2];
+                uint4 q;
+                uint32_t d;
         };
         M40_HD int pieces(int n_in)
         {
-                return n_in >> 3;
+                return n_in >> 4;
         }
-        template <bool VEC> M40_HD void load(raw &r, const uint8_t *row, int p, int)
+        template <bool VEC> M40_HD void load(raw &r, const uint8_t *row, int p, int n_in)
         {
-                const uint8_t *b = row + (p >> 2) * BB, *q = b + 2 + 8 * (p & 3);
-
-                r.d = ld_u16(b);
-                r.q[0] = ld_u32_a2(q);
-                r.q[1] = ld_u32_a2(q + 4);
+                r.q = VEC ? ld_u128(row + 16 * p) : ld_u128_a2(row + 16 * p);
+                r.d = ld_u16(row + 32 * (n_in >> 5) + 2 * (p >> 1));
         }
         M40_HD void scale(const raw &r, int, int, float *d, float *m)
         {
@@ -410,51 +516,67 @@ template <> struct qt<M40_GGML_Q8_0> {
         }
         M40_HD void run(const raw &r, int, int j, float v[4])
         {
-                bytes_f4<128>(r.q[j] ^ 0x80808080u, v); /* int8 + 128 as a byte */
+                bytes_f4<128>(word(r.q, j) ^ 0x80808080u, v); /* int8 + 128 as a byte */
         }
         M40_HD int xoff(int p, int j)
         {
-                return 8 * p + 4 * j;
+                return 16 * p + 4 * j;
         }
-        M40_HD void deq8(const uint8_t *row, int k0, int, float w[8])
+        M40_HD void deq8(const uint8_t *row, int k0, int n_in, float w[8])
         {
-                const uint8_t *b = row + (k0 >> 5) * BB;
-                const float d = h2f(ld_u16(b));
+                const uint8_t *q = row + k0; /* 32 quant bytes per block: byte k0 */
+                const float d = h2f(ld_u16(row + 32 * (n_in >> 5) + 2 * (k0 >> 5)));
 
-                bytes_f4<128>(ld_u32_a2(b + 2 + (k0 & 31)) ^ 0x80808080u, w);
-                bytes_f4<128>(ld_u32_a2(b + 6 + (k0 & 31)) ^ 0x80808080u, w + 4);
+                bytes_f4<128>(ld_u32_a2(q) ^ 0x80808080u, w);
+                bytes_f4<128>(ld_u32_a2(q + 4) ^ 0x80808080u, w + 4);
                 for (int i = 0; i < 8; i++)
                         w[i] *= d;
         }
 };
 
 /* The 32-element 4/5-bit types: byte i of qs holds element i (low nibble) and
- * element i + 16 (high nibble). Piece s (0..3): qs bytes 4s..4s+3, i.e. elements
- * 4s..4s+3 (run 0) and 16+4s..16+4s+3 (run 1). */
-template <int BBYTES, int QS, int QH, int OFF, bool HASMIN> struct qt_q32 {
-        enum { EPP = 8, NRUN = 2, NG = 1, XSUM = 1, TAIL = 0, BB = BBYTES };
+ * element i + 16 (high nibble); Q5's 5th bit of element i is bit i of qh. Split row:
+ * qs[nb][16], then (Q5) qh[nb][4], then d or (d, m)[nb]. Piece p (4 per block): block
+ * b = p / 4, quant bytes 4p .. 4p + 3 of the row (word p % 4 of the block's qs), i.e.
+ * elements 4(p % 4) + 0..3 (run 0, low nibbles) and 16 + 4(p % 4) + 0..3 (run 1, high):
+ * adjacent lanes read adjacent words (128 bytes per warp load) and adjacent activations.
+ * (One lane per whole block, 16-byte loads, was measured slower on an H100, 0.39 of copy
+ * bandwidth against 0.52: its lanes' activation reads are 128 bytes apart, and the L1
+ * then serves a line per lane.) */
+template <int BBYTES, int QH, int OFF, bool HASMIN> struct qt_q32 {
+        enum { EPP = 8, NRUN = 2, NG = 1, XSUM = 1, TAIL = 0, SPLIT = 1, BB = BBYTES };
         struct raw {
-                uint32_t dm, qh, q;
+                uint32_t q, qh, dm;
         };
         M40_HD int pieces(int n_in)
         {
                 return n_in >> 3;
         }
-        /* d (and m) at 0; qh (when QH >= 0) and qs at their offsets. A block's alignment
-         * is that of BB: 4-byte loads where the layout allows them. */
-        M40_HD uint32_t ld4(const uint8_t *p)
+        /* 4 bytes at a field start of 4 * k: 4-aligned when the row is (always when the
+         * block size is a multiple of 4). */
+        template <bool A4> M40_HD uint32_t ld4(const uint8_t *p)
         {
-                return (BB % 4 == 0) ? ld_u32(p) : ld_u32_a2(p);
+                return (A4 || BB % 4 == 0) ? ld_u32(p) : ld_u32_a2(p);
         }
-        template <bool VEC> M40_HD void load(raw &r, const uint8_t *row, int p, int)
+        /* the qh (Q5) and d/dm fields of block b */
+        template <bool A4>
+        M40_HD void ld_meta(const uint8_t *row, int b, int nb, uint32_t *qh, uint32_t *dm)
         {
-                const uint8_t *b = row + (p >> 2) * BB;
+                const uint8_t *t = row + 16 * nb;
 
-                r.dm = HASMIN ? ld_u32(b) : ld_u16(b);
-                r.qh = QH >= 0 ? ld4(b + (QH >= 0 ? QH : 0)) : 0;
-                r.q = ld4(b + QS + 4 * (p & 3));
+                *qh = 0;
+                if (QH) {
+                        *qh = ld4<A4>(t + 4 * b);
+                        t += 4 * nb;
+                }
+                *dm = HASMIN ? ld4<A4>(t + 4 * b) : ld_u16(t + 2 * b);
         }
-        enum { S = QH >= 0 ? 2 : 3 }; /* 5- or 4-bit quants, see nib_f4() */
+        template <bool VEC> M40_HD void load(raw &r, const uint8_t *row, int p, int n_in)
+        {
+                r.q = ld4<VEC>(row + 4 * p);
+                ld_meta<VEC>(row, p >> 2, n_in >> 5, &r.qh, &r.dm);
+        }
+        enum { S = QH ? 2 : 3 }; /* 5- or 4-bit quants, see nib_f4() */
         M40_HD void scale(const raw &r, int, int, float *d, float *m)
         {
                 nib_dm<S>(h2f(r.dm & 0xffff), HASMIN ? h2f(r.dm >> 16) : 0.0f, (float)OFF, d, m);
@@ -463,7 +585,7 @@ template <int BBYTES, int QS, int QH, int OFF, bool HASMIN> struct qt_q32 {
         {
                 uint32_t q;
 
-                if (QH >= 0)
+                if (QH)
                         q = ((j ? HI4(r.q) : LO4(r.q)) |
                              spread4((r.qh >> (4 * (p & 3) + 16 * j)) & 0xF))
                             << 2;
@@ -475,19 +597,18 @@ template <int BBYTES, int QS, int QH, int OFF, bool HASMIN> struct qt_q32 {
         {
                 return 32 * (p >> 2) + 4 * (p & 3) + 16 * j;
         }
-        M40_HD void deq8(const uint8_t *row, int k0, int, float w[8])
+        M40_HD void deq8(const uint8_t *row, int k0, int n_in, float w[8])
         {
-                const uint8_t *b = row + (k0 >> 5) * BB;
-                const int o = k0 & 31, hi = o >= 16;
-                const uint32_t dm = HASMIN ? ld_u32(b) : ld_u16(b);
-                const uint32_t qh = QH >= 0 ? ld4(b + (QH >= 0 ? QH : 0)) : 0;
-                const float d = h2f(dm & 0xffff), m = HASMIN ? h2f(dm >> 16) : 0.0f;
+                const int b = k0 >> 5, o = k0 & 31, hi = o >= 16;
+                uint32_t qh, dm;
 
+                ld_meta<false>(row, b, n_in >> 5, &qh, &dm);
+                const float d = h2f(dm & 0xffff), m = HASMIN ? h2f(dm >> 16) : 0.0f;
                 for (int h = 0; h < 2; h++) {
-                        uint32_t q = ld4(b + QS + (o & 15) + 4 * h);
+                        uint32_t q = ld_u32_a2(row + 16 * b + (o & 15) + 4 * h);
 
                         q = hi ? HI4(q) : LO4(q);
-                        if (QH >= 0)
+                        if (QH)
                                 q |= spread4((qh >> (o + 4 * h)) & 0xF);
                         bytes_f4<OFF>(q, w + 4 * h);
                 }
@@ -495,13 +616,13 @@ template <int BBYTES, int QS, int QH, int OFF, bool HASMIN> struct qt_q32 {
                         w[i] = HASMIN ? mul_add_rn(w[i], d, m) : w[i] * d;
         }
 };
-template <> struct qt<M40_GGML_Q4_0> : qt_q32<18, 2, -1, 8, false> {
+template <> struct qt<M40_GGML_Q4_0> : qt_q32<18, 0, 8, false> {
 };
-template <> struct qt<M40_GGML_Q4_1> : qt_q32<20, 4, -1, 0, true> {
+template <> struct qt<M40_GGML_Q4_1> : qt_q32<20, 0, 0, true> {
 };
-template <> struct qt<M40_GGML_Q5_0> : qt_q32<22, 6, 2, 16, false> {
+template <> struct qt<M40_GGML_Q5_0> : qt_q32<22, 1, 16, false> {
 };
-template <> struct qt<M40_GGML_Q5_1> : qt_q32<24, 8, 4, 0, true> {
+template <> struct qt<M40_GGML_Q5_1> : qt_q32<24, 1, 0, true> {
 };
 
 /* Q4_K and Q5_K (256 elements: d, dmin, 12 scale bytes, [qh 32,] qs 128): groups of 64
@@ -511,7 +632,7 @@ template <> struct qt<M40_GGML_Q5_1> : qt_q32<24, 8, 4, 0, true> {
  * 64j + 32 + 16hh + 0..15 (runs 4-7, group 1). Q5_K's 5th bit of element l of group j
  * is bit 2j (low) or 2j + 1 (high) of qh[l]. */
 template <bool Q5> struct qt_k45 {
-        enum { EPP = 32, NRUN = 8, NG = 2, XSUM = 1, TAIL = 0, BB = Q5 ? 176 : 144 };
+        enum { EPP = 32, NRUN = 8, NG = 2, XSUM = 1, TAIL = 0, SPLIT = 0, BB = Q5 ? 176 : 144 };
         enum { QS = Q5 ? 48 : 16 };
         struct raw {
                 uint4 h, q, qh;
@@ -537,10 +658,6 @@ template <bool Q5> struct qt_k45 {
                 k4_scale_pair(r.h, (p & 7) >> 1, &sc, &mn);
                 nib_dm<Q5 ? 2 : 3>(h2f(r.h.x & 0xffff) * (float)((sc >> (8 * g)) & 0xff),
                                    -h2f(r.h.x >> 16) * (float)((mn >> (8 * g)) & 0xff), 0.0f, d, m);
-        }
-        M40_HD uint32_t word(const uint4 &u, int i)
-        {
-                return i == 0 ? u.x : i == 1 ? u.y : i == 2 ? u.z : u.w;
         }
         M40_HD void run(const raw &r, int p, int t, float v[4])
         {
@@ -594,11 +711,12 @@ template <> struct qt<M40_GGML_Q5_K> : qt_k45<true> {
 /* Q6_K (256 elements: ql[128], qh[64], int8 scales[16], d): two halves n of 128; in a
  * half, element 32m + l (m = 0..3, l = 0..31) is the low (m < 2) or high nibble of
  * ql[64n + 32(m & 1) + l] with bits 2m, 2m+1 of qh[32n + l] on top, minus 32, times
- * d * scales[8n + l / 16 + 2m]. Piece s (0..7): n = s / 4, l0 = 8 (s % 4): elements
- * 128n + 32m + l0 + 0..7 for m = 0..3 (runs 2m, 2m + 1; group m). The block is only
- * 2-aligned (210 bytes): 16-bit loads. */
+ * d * scales[8n + l / 16 + 2m]. Split row: the first 208 bytes of every block (ql, qh,
+ * scales), then d[nb]. Piece s (0..7): n = s / 4, l0 = 8 (s % 4): elements 128n + 32m +
+ * l0 + 0..7 for m = 0..3 (runs 2m, 2m + 1; group m); 8-byte loads when the row is
+ * 16-byte aligned, 2-byte ones otherwise. */
 template <> struct qt<M40_GGML_Q6_K> {
-        enum { EPP = 32, NRUN = 8, NG = 4, XSUM = 1, TAIL = 0, BB = 210 };
+        enum { EPP = 32, NRUN = 8, NG = 4, XSUM = 1, TAIL = 0, SPLIT = 1, BB = 210, BODY = 208 };
         struct raw {
                 uint32_t la[2], lb[2], qh[2], sc[2], d;
         };
@@ -606,20 +724,25 @@ template <> struct qt<M40_GGML_Q6_K> {
         {
                 return n_in >> 5;
         }
-        template <bool VEC> M40_HD void load(raw &r, const uint8_t *row, int p, int)
+        template <bool VEC> M40_HD void ld8(const uint8_t *p, uint32_t v[2])
         {
-                const uint8_t *b = row + (p >> 3) * BB;
+                if (VEC) {
+                        const uint2 u = ld_u64(p);
+                        v[0] = u.x, v[1] = u.y;
+                } else {
+                        v[0] = ld_u32_a2(p), v[1] = ld_u32_a2(p + 4);
+                }
+        }
+        template <bool VEC> M40_HD void load(raw &r, const uint8_t *row, int p, int n_in)
+        {
+                const uint8_t *b = row + (p >> 3) * BODY;
                 const int n = (p >> 2) & 1, l0 = 8 * (p & 3);
 
-                r.la[0] = ld_u32_a2(b + 64 * n + l0);
-                r.la[1] = ld_u32_a2(b + 64 * n + l0 + 4);
-                r.lb[0] = ld_u32_a2(b + 64 * n + 32 + l0);
-                r.lb[1] = ld_u32_a2(b + 64 * n + 32 + l0 + 4);
-                r.qh[0] = ld_u32_a2(b + 128 + 32 * n + l0);
-                r.qh[1] = ld_u32_a2(b + 128 + 32 * n + l0 + 4);
-                r.sc[0] = ld_u32_a2(b + 192 + 8 * n);
-                r.sc[1] = ld_u32_a2(b + 192 + 8 * n + 4);
-                r.d = ld_u16(b + 208);
+                ld8<VEC>(b + 64 * n + l0, r.la);
+                ld8<VEC>(b + 64 * n + 32 + l0, r.lb);
+                ld8<VEC>(b + 128 + 32 * n + l0, r.qh);
+                ld8<VEC>(b + 192 + 8 * n, r.sc);
+                r.d = ld_u16(row + BODY * (n_in >> 8) + 2 * (p >> 3));
         }
         M40_HD void scale(const raw &r, int p, int g, float *d, float *m)
         {
@@ -642,13 +765,13 @@ template <> struct qt<M40_GGML_Q6_K> {
                 return 256 * (p >> 3) + 128 * ((p >> 2) & 1) + 32 * (t >> 1) + 8 * (p & 3) +
                        4 * (t & 1);
         }
-        M40_HD void deq8(const uint8_t *row, int k0, int, float w[8])
+        M40_HD void deq8(const uint8_t *row, int k0, int n_in, float w[8])
         {
-                const uint8_t *b = row + (k0 >> 8) * BB;
+                const uint8_t *b = row + (k0 >> 8) * BODY;
                 const int k = k0 & 255, n = k >> 7, m = (k >> 5) & 3, l = k & 31;
                 const uint8_t *src = b + 64 * n + 32 * (m & 1) + l, *hp = b + 128 + 32 * n + l;
                 const int8_t s = (int8_t)ld_u8(b + 192 + 8 * n + (l >> 4) + 2 * m);
-                const float d = h2f(ld_u16(b + 208)) * (float)s;
+                const float d = h2f(ld_u16(row + BODY * (n_in >> 8) + 2 * (k0 >> 8))) * (float)s;
 
                 for (int e = 0; e < 2; e++) {
                         const uint32_t q = ld_u32_a2(src + 4 * e), h = ld_u32_a2(hp + 4 * e);

@@ -1,5 +1,6 @@
 /* tests/gpu/gputest.h - what the GPU test programs share: failure counting, a seeded
- * random source, and opening GPU 0 or skipping (exit 77) where there is none.
+ * random source, opening GPU 0 or skipping (exit 77) where there is none, and putting
+ * uploaded GGML rows into the kernels' device layout.
  *
  * Header-only (static functions); each test program includes it once. */
 #ifndef M40_TESTS_GPUTEST_H
@@ -11,7 +12,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include <cuda_runtime_api.h>
+
 #include "cuda/device.h"
+#include "cuda/matvec.h"
 #include "m40/error.h"
 
 #define EXIT_SKIP 77
@@ -91,6 +95,34 @@ static inline int quick_mode(void)
         const char *q = getenv("M40_TEST_QUICK");
 
         return q ? atoi(q) : 0;
+}
+
+/* dev_relayout - n_out GGML rows of row_bytes (type, n_in elements) uploaded at dev,
+ * rewritten into the device layout as the engine does after loading
+ * (m40_cuda_relayout(), through a bounce buffer of one row); waits for it. Returns 0,
+ * or -1 after fail(). */
+static inline int dev_relayout(void *dev, uint32_t type, uint32_t n_in, uint32_t n_out,
+                               size_t row_bytes)
+{
+        const struct m40_cuda_matrix w = {dev, type, n_in, n_out, row_bytes};
+        const size_t nb = m40_cuda_relayout_bounce(&w);
+        void *bounce = NULL;
+        int r;
+
+        if (!nb)
+                return 0;
+        if (cudaMalloc(&bounce, nb) != cudaSuccess) {
+                fail("relayout: cudaMalloc %zu bytes", nb);
+                return -1;
+        }
+        r = m40_cuda_relayout(&w, bounce, nb, NULL);
+        if (!r && cudaDeviceSynchronize() != cudaSuccess)
+                r = M40_ECUDA;
+        cudaFree(bounce);
+        if (r)
+                fail("relayout of a %ux%u matrix of type %u: %s %s", n_out, n_in, type,
+                     m40_strerror(r), m40_cuda_last_error());
+        return r ? -1 : 0;
 }
 
 static inline int finish(void)

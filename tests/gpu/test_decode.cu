@@ -2,7 +2,8 @@
  * inner loop of cuda/matvec.cuh, run on the CPU (they are __host__ __device__).
  *
  * Owns the checks, needing no GPU (suite 'unit', so CI without a GPU runs them), that
- * for every weight type deq8() equals the CPU engine's m40_cpu_dequant() exactly, and
+ * for every weight type deq8(), reading the device layout (rows made by split_row()),
+ * equals the CPU engine's m40_cpu_dequant() of the GGML rows exactly, and
  * that matvec_lane(), summed over the 32 lanes of a warp and the warps of a row split
  * the way k_matvec splits it, equals the double-precision dot product of the
  * dequantized weights with random activations within 1e-5 of sum |w x|, for every
@@ -63,12 +64,16 @@ template <int T, int NB, bool VEC> static void check(int n_in, int n_out, int nb
         float *row = (float *)malloc(sizeof(float) * n_in);
         float *x = (float *)aligned_alloc(64, (sizeof(float) * ldx * nb + 63) & ~(size_t)63);
 
-        for (int o = 0; o < n_out; o++) {
+        uint8_t *ggml = (uint8_t *)malloc(rb);
+
+        for (int o = 0; o < n_out; o++) { /* GGML rows, dequantized, then in device layout */
                 for (int k = 0; k < n_in; k++)
                         row[k] = normal() * (float)(1 + (k + o) % 7);
-                m40_row_quantize(T, row, w + o * rb, (size_t)n_in);
-                m40_cpu_dequant(T, w + o * rb, deq + (size_t)o * n_in, n_in / ti->block_size);
+                m40_row_quantize(T, row, ggml, (size_t)n_in);
+                m40_cpu_dequant(T, ggml, deq + (size_t)o * n_in, n_in / ti->block_size);
+                split_row(T, ggml, w + o * rb, n_in / (int)ti->block_size);
         }
+        free(ggml);
         for (int i = 0; i < ldx * nb; i++)
                 x[i] = normal();
 
@@ -97,9 +102,9 @@ template <int T, int NB, bool VEC> static void check(int n_in, int n_out, int nb
                         for (int lane = 0; lane < 32; lane++) {
                                 float acc[R][NB] = {};
 
-                                matvec_lane<T, NB, R, VEC>(w + (size_t)r0 * rb, rb, nrows, n_in, p0,
-                                                           p1 < np ? p1 : np, lane, 32, x, ldx, nb,
-                                                           acc);
+                                matvec_lane<T, NB, R, VEC, mv_unroll<T, NB>::U>(
+                                        w + (size_t)r0 * rb, rb, nrows, n_in, p0, p1 < np ? p1 : np,
+                                        lane, 32, x, ldx, nb, acc);
                                 for (int r = 0; r < R; r++)
                                         for (int c = 0; c < NB; c++)
                                                 tot[r][c] += acc[r][c];
@@ -150,14 +155,26 @@ int main(void)
         check<M40_GGML_F16, 8, false>(33, 3, 8, 2);
         check_type<M40_GGML_BF16>(4096, 1000);
         check<M40_GGML_BF16, 4, false>(1001, 9, 4, 2);
+        /* the split types also unaligned: rows of an odd number of blocks (2-aligned
+         * starts: 16-bit loads), of an even one (4-aligned: 32-bit loads) */
         check_type<M40_GGML_Q8_0>(4096, 32);
+        check<M40_GGML_Q8_0, 1, false>(96, 9, 1, 2);
+        check<M40_GGML_Q8_0, 2, false>(576, 5, 2, 1);
         check_type<M40_GGML_Q4_0>(4096, 32);
+        check<M40_GGML_Q4_0, 1, false>(96, 9, 1, 1);
+        check<M40_GGML_Q4_0, 4, false>(576, 7, 3, 2);
         check_type<M40_GGML_Q4_1>(4096, 96);
+        check<M40_GGML_Q4_1, 1, false>(96, 9, 1, 2);
         check_type<M40_GGML_Q5_0>(4096, 576);
+        check<M40_GGML_Q5_0, 1, false>(96, 9, 1, 1);
+        check<M40_GGML_Q5_0, 2, false>(576, 5, 2, 2);
         check_type<M40_GGML_Q5_1>(4096, 32);
+        check<M40_GGML_Q5_1, 8, false>(96, 9, 5, 1);
         check_type<M40_GGML_Q4_K>(4096, 256);
         check_type<M40_GGML_Q5_K>(4096, 768);
         check_type<M40_GGML_Q6_K>(4096, 256);
+        check<M40_GGML_Q6_K, 1, false>(768, 9, 1, 2);
+        check<M40_GGML_Q6_K, 2, false>(256, 5, 2, 1);
         if (failures) {
                 printf("%d check(s) failed\n", failures);
                 return 1;

@@ -5,7 +5,10 @@
  * groups or 64-row tiles, row lengths not a multiple of 256 / 8 / 4, batches not a
  * multiple of the tile), and batches 1..64 through each kernel (m40_cuda_matvec,
  * m40_cuda_matmul_tiled, m40_cuda_matmul, m40_cuda_matmul_n with two and three matrices,
- * m40_cuda_matvec_add on random prior y), every output element equals the reference
+ * m40_cuda_matvec_add on random prior y, and the fused RMSNorm: m40_cuda_matmul_n_rms
+ * of x * g and scales against x normalized in double, m40_cuda_matvec_add_rms's y * g
+ * (exact) and scales against those of the y it wrote, its counter left 0), every
+ * output element equals the reference
  * within the type's bound (both tile sizes of the tiled kernel: a tall matrix makes it
  * take the large one), and no element outside the output is written (y is poisoned
  * with NaN first, guard columns and a guard row stay poisoned). Also the argument
@@ -60,8 +63,16 @@ static const struct tcase types[MAX_TYPES] = {
         {M40_GGML_Q4_K, 1e-5}, {M40_GGML_Q5_K, 1e-5}, {M40_GGML_Q6_K, 1e-5},
 };
 
-enum { K_MATVEC, K_TILED, K_AUTO, K_MULTI, K_ADD, K_COUNT };
-static const char *const kname[K_COUNT] = {"matvec", "tiled", "auto", "multi", "add"};
+enum { K_MATVEC, K_TILED, K_AUTO, K_MULTI, K_ADD, K_NORM, K_ADDNORM, K_COUNT };
+static const char *const kname[K_COUNT] = {"matvec", "tiled",  "auto",   "multi",
+                                           "add",    "rms-in", "rms-out"};
+#define RMS_EPS   1e-5f
+
+/* The fused RMSNorm's scales (K_ADDNORM): the worst relative error against the scale
+ * computed in double from the y the kernel wrote; one counter for every call (each
+ * must leave it 0 for the next). */
+static double worst_scale;
+static unsigned *rms_counter;
 
 /* The worst error seen per type and kernel, and how many outputs were checked. */
 static double worst[MAX_TYPES][K_COUNT];
@@ -77,6 +88,11 @@ static void run_case_n(const struct mat *ms, uint32_t n, int ti, int k, uint32_t
         size_t ldy[M40_CUDA_MATMUL_MAX_MATS], ny[M40_CUDA_MATMUL_MAX_MATS];
         float *dys[M40_CUDA_MATMUL_MAX_MATS] = {NULL}, *ys[M40_CUDA_MATMUL_MAX_MATS] = {NULL};
         float *y0 = NULL; /* K_ADD: what y held before */
+        /* the fused RMSNorm: weight g, x * g (device), x normalized in double, scales */
+        float *g = NULL, *xn = NULL, *xg = NULL, *dg = NULL, *dxg = NULL, *dscale = NULL;
+        float *dpart = NULL;
+        const size_t ldg = k == K_ADDNORM ? ((size_t)m->n_out + 3) & ~(size_t)3 : ldx; /* xg */
+        double scale[M40_CUDA_MATVEC_MAX_BATCH];
         const struct ycheck yc = {.what = kname[k],
                                   .n_name = "batch",
                                   .col = "column",
@@ -109,7 +125,53 @@ static void run_case_n(const struct mat *ms, uint32_t n, int ti, int k, uint32_t
                         goto out;
                 }
         }
-        if (k == K_ADD) { /* y: random values where the output goes, poison around them */
+        if (k == K_NORM || k == K_ADDNORM) {
+                const size_t pb = M40_CUDA_RMS_PARTIAL_BYTES(m->n_out);
+
+                const uint32_t ng = k == K_NORM ? m->n_in : m->n_out;
+
+                g = malloc(sizeof(float) * ng);
+                xn = malloc(sizeof(float) * ldx * batch);
+                xg = malloc(sizeof(float) * ldg * batch);
+                if (!g || !xn || !xg ||
+                    cudaMalloc((void **)&dg, sizeof(float) * ng) != cudaSuccess ||
+                    cudaMalloc((void **)&dxg, sizeof(float) * ldg * batch) != cudaSuccess ||
+                    cudaMalloc((void **)&dscale, sizeof(float) * batch) != cudaSuccess ||
+                    cudaMalloc((void **)&dpart, pb) != cudaSuccess) {
+                        fail("norm buffers");
+                        goto out;
+                }
+                /* the norm weight, and x normalized by it in double: the reference input */
+                for (uint32_t i = 0; i < ng; i++)
+                        g[i] = (float)(0.5 + rng_unit(&seed)) * (i % 3 ? 1.0f : -1.0f);
+                for (uint32_t c = 0; c < batch; c++) {
+                        double ss = 0.0;
+
+                        for (uint32_t i = 0; i < m->n_in; i++)
+                                ss += (double)x[c * ldx + i] * x[c * ldx + i];
+                        scale[c] = 1.0 / sqrt(ss / m->n_in + RMS_EPS);
+                        for (uint32_t i = 0; i < m->n_in && k == K_NORM; i++) {
+                                xn[c * ldx + i] = (float)((double)x[c * ldx + i] * g[i] * scale[c]);
+                                xg[c * ldx + i] = x[c * ldx + i] * g[i];
+                        }
+                }
+                {
+                        float fs[M40_CUDA_MATVEC_MAX_BATCH];
+
+                        for (uint32_t c = 0; c < batch; c++)
+                                fs[c] = (float)scale[c];
+                        if (cudaMemcpy(dg, g, sizeof(float) * ng, cudaMemcpyHostToDevice) !=
+                                    cudaSuccess ||
+                            (k == K_NORM && cudaMemcpy(dxg, xg, sizeof(float) * ldx * batch,
+                                                       cudaMemcpyHostToDevice) != cudaSuccess) ||
+                            cudaMemcpy(dscale, fs, sizeof(float) * batch, cudaMemcpyHostToDevice) !=
+                                    cudaSuccess) {
+                                fail("norm upload");
+                                goto out;
+                        }
+                }
+        }
+        if (k == K_ADD || k == K_ADDNORM) { /* y: random values where the output goes */
                 y0 = malloc(sizeof(float) * ny[0]);
                 if (!y0) {
                         fail("out of host memory");
@@ -133,7 +195,16 @@ static void run_case_n(const struct mat *ms, uint32_t n, int ti, int k, uint32_t
                 r = m40_cuda_matmul(&w[0], dx, ldx, dys[0], ldy[0], batch, NULL);
         else if (k == K_ADD)
                 r = m40_cuda_matvec_add(&w[0], dx, ldx, dys[0], ldy[0], batch, NULL);
-        else
+        else if (k == K_NORM)
+                r = m40_cuda_matmul_n_rms(w, n, dxg, ldx, dscale, dys, ldy, batch, NULL);
+        else if (k == K_ADDNORM) {
+                const struct m40_cuda_rms_out ro = {
+                        dg,          dxg,    ldg,
+                        dscale,      dpart,  M40_CUDA_RMS_PARTIAL_BYTES(m->n_out),
+                        rms_counter, RMS_EPS};
+
+                r = m40_cuda_matvec_add_rms(&w[0], dx, ldx, dys[0], ldy[0], batch, &ro, NULL);
+        } else
                 r = m40_cuda_matmul_n(w, n, dx, ldx, dys, ldy, batch, NULL);
         if (r < 0) {
                 fail("%s %s %ux%u (%u matrices) batch %u: %d (%s) %s", kname[k],
@@ -148,9 +219,57 @@ static void run_case_n(const struct mat *ms, uint32_t n, int ti, int k, uint32_t
                              cudaGetErrorString(cudaGetLastError()));
                         goto out;
                 }
-                mat_check_y(&ms[i], &yc, batch, x, ldx, ys[i], y0, ldy[i]);
+                mat_check_y(&ms[i], &yc, batch, k == K_NORM ? xn : x, ldx, ys[i], y0, ldy[i]);
+        }
+        if (k == K_ADDNORM) { /* y * g, the scales of the y written, the counter back at 0 */
+                float fs[M40_CUDA_MATVEC_MAX_BATCH];
+                unsigned cnt = 1;
+                int bad = 0;
+
+                if (cudaMemcpy(fs, dscale, sizeof(float) * batch, cudaMemcpyDeviceToHost) !=
+                            cudaSuccess ||
+                    cudaMemcpy(xg, dxg, sizeof(float) * ldg * batch, cudaMemcpyDeviceToHost) !=
+                            cudaSuccess ||
+                    cudaMemcpy(&cnt, rms_counter, sizeof(cnt), cudaMemcpyDeviceToHost) !=
+                            cudaSuccess) {
+                        fail("scale download");
+                        goto out;
+                }
+                CHECK(cnt == 0, "rms-out %s %ux%u batch %u: counter left at %u",
+                      m40_ggml_type_name(m->type), m->n_out, m->n_in, batch, cnt);
+                for (uint32_t c = 0; c < batch && bad < 3; c++)
+                        for (uint32_t o = 0; o < m->n_out && bad < 3; o++)
+                                if (xg[c * ldg + o] != ys[0][c * ldy[0] + o] * g[o]) {
+                                        fail("rms-out %s %ux%u batch %u: xg[%u][%u] = %.9g, not "
+                                             "y * g = %.9g",
+                                             m40_ggml_type_name(m->type), m->n_out, m->n_in, batch,
+                                             c, o, xg[c * ldg + o], ys[0][c * ldy[0] + o] * g[o]);
+                                        bad++;
+                                }
+                for (uint32_t c = 0; c < batch; c++) {
+                        double ss = 0.0, e;
+
+                        for (uint32_t o = 0; o < m->n_out; o++)
+                                ss += (double)ys[0][c * ldy[0] + o] * ys[0][c * ldy[0] + o];
+                        e = fabs(fs[c] - 1.0 / sqrt(ss / m->n_out + RMS_EPS)) *
+                            sqrt(ss / m->n_out + RMS_EPS);
+                        if (!(e <= 1e-6))
+                                fail("rms-out %s %ux%u batch %u column %u: scale %.9g, reference "
+                                     "%.9g (relative error %.2e, bound 1e-6)",
+                                     m40_ggml_type_name(m->type), m->n_out, m->n_in, batch, c,
+                                     fs[c], 1.0 / sqrt(ss / m->n_out + RMS_EPS), e);
+                        if (e > worst_scale)
+                                worst_scale = e;
+                }
         }
 out:
+        cudaFree(dg);
+        cudaFree(dxg);
+        free(xg);
+        cudaFree(dscale);
+        cudaFree(dpart);
+        free(g);
+        free(xn);
         for (uint32_t i = 0; i < n; i++) {
                 cudaFree(dys[i]);
                 free(ys[i]);
@@ -184,6 +303,8 @@ static void run_multi(int ti, int quick)
                 if (!quick || i % 2 == 0) {
                         run_case_n(ms, 3, ti, K_MULTI, batches[i]);
                         run_case_n(ms, 2, ti, K_MULTI, batches[i]);
+                        if (batches[i] <= M40_CUDA_MATVEC_MAX_BATCH)
+                                run_case_n(ms, i % 2 ? 2 : 3, ti, K_NORM, batches[i]);
                 }
 out:
         while (made > 0)
@@ -224,6 +345,8 @@ static void run_wide(int ti)
         run_case(&m, ti, K_MATVEC, 2);
         run_case(&m, ti, K_MATVEC, 5);
         run_case(&m, ti, K_MATVEC, 8);
+        run_case(&m, ti, K_NORM, 1);
+        run_case(&m, ti, K_ADDNORM, 2);
         mat_free(&m);
 }
 
@@ -242,8 +365,13 @@ static void run_matrix(int ti, uint32_t n_in, uint32_t n_out, int quick)
         for (size_t i = 0; i < sizeof(b_auto) / sizeof(b_auto[0]); i++)
                 run_case(&m, ti, K_AUTO, b_auto[i]);
         run_case(&m, ti, K_ADD, 1);
-        if (!quick)
+        run_case(&m, ti, K_NORM, 1);
+        run_case(&m, ti, K_ADDNORM, 1);
+        if (!quick) {
                 run_case(&m, ti, K_ADD, 5);
+                run_case(&m, ti, K_NORM, 3);
+                run_case(&m, ti, K_ADDNORM, 8);
+        }
         mat_free(&m);
 }
 
@@ -356,6 +484,11 @@ int main(void)
         if (!d)
                 return code;
         check_arguments();
+        if (cudaMalloc((void **)&rms_counter, sizeof(unsigned)) != cudaSuccess ||
+            cudaMemset(rms_counter, 0, sizeof(unsigned)) != cudaSuccess) {
+                fail("counter");
+                return finish();
+        }
         for (int ti = 0; ti < MAX_TYPES; ti++) {
                 const uint32_t t = types[ti].type;
 
@@ -370,15 +503,24 @@ int main(void)
                         run_wide(ti);
         }
 
-        printf("%-5s %-8s %10s %10s %10s %10s %10s %8s\n", "type", "bound", "matvec", "tiled",
-               "auto", "multi", "add", "outputs");
-        for (int ti = 0; ti < MAX_TYPES; ti++)
-                printf("%-5s %-8.0e %10.2e %10.2e %10.2e %10.2e %10.2e %8" PRIu64 "\n",
-                       m40_ggml_type_name(types[ti].type), types[ti].bound, worst[ti][K_MATVEC],
-                       worst[ti][K_TILED], worst[ti][K_AUTO], worst[ti][K_MULTI], worst[ti][K_ADD],
-                       checked[ti][K_MATVEC] + checked[ti][K_TILED] + checked[ti][K_AUTO] +
-                               checked[ti][K_MULTI] + checked[ti][K_ADD]);
-        printf("(max |y - ref| / sum|w x| per type and kernel)\n");
+        printf("%-5s %-6s", "type", "bound");
+        for (int k = 0; k < K_COUNT; k++)
+                printf(" %9s", kname[k]);
+        printf(" %8s\n", "outputs");
+        for (int ti = 0; ti < MAX_TYPES; ti++) {
+                uint64_t n = 0;
+
+                printf("%-5s %-6.0e", m40_ggml_type_name(types[ti].type), types[ti].bound);
+                for (int k = 0; k < K_COUNT; k++) {
+                        printf(" %9.2e", worst[ti][k]);
+                        n += checked[ti][k];
+                }
+                printf(" %8" PRIu64 "\n", n);
+        }
+        printf("(max |y - ref| / sum|w x| per type and kernel; rms-in: x normalized in double is "
+               "the reference input)\nrms-out scales: max relative error %.2e (bound 1e-6)\n",
+               worst_scale);
+        cudaFree(rms_counter);
         m40_cuda_device_free(d);
         return finish();
 }

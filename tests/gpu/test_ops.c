@@ -158,8 +158,8 @@ static void embed_case(uint32_t type, uint32_t dim, uint32_t n_vocab, uint32_t n
         uint8_t *table = NULL;
         float *row = malloc(sizeof(float) * dim), *y = host_poison(ny), *ref = NULL;
         int32_t *tok = malloc(sizeof(int32_t) * n_tok);
-        void *dt = NULL, *dtok = NULL;
-        float *dy = NULL;
+        void *dt = NULL, *dtok = NULL, *dsc = NULL, *dg = NULL, *dxg = NULL;
+        float *dy = NULL, *xg = NULL;
         int bad = 0;
 
         if (!ti || m40_ggml_row_size(type, dim, &rb) < 0 || !row || !y || !tok) {
@@ -185,7 +185,7 @@ static void embed_case(uint32_t type, uint32_t dim, uint32_t n_vocab, uint32_t n
         dt = dput(table, rb * n_vocab);
         dtok = dput(tok, sizeof(int32_t) * n_tok);
         dy = dput(NULL, sizeof(float) * ny);
-        if (!dt || !dtok || !dy)
+        if (!dt || !dtok || !dy || dev_relayout(dt, type, dim, n_vocab, rb) < 0)
                 goto out;
         if (launched(m40_cuda_embed(dt, type, rb, dim, dtok, n_tok, dy, ld, NULL), "embed") ||
             dget(y, dy, sizeof(float) * ny, "embed"))
@@ -231,7 +231,46 @@ static void embed_case(uint32_t type, uint32_t dim, uint32_t n_vocab, uint32_t n
                         }
                 }
         }
+        { /* m40_cuda_embed_rms: the same rows, each row's RMS scale and row * g (matvec.h) */
+                float sc[8];
+                const uint32_t nt = n_tok < 8 ? n_tok : 8;
+
+                for (uint32_t i = 0; i < dim; i++)
+                        row[i] = (float)(0.5 + rng_unit(&seed));
+                dsc = dput(NULL, sizeof(sc));
+                dg = dput(row, sizeof(float) * dim);
+                dxg = dput(NULL, sizeof(float) * ny);
+                xg = malloc(sizeof(float) * ny);
+                if (!dsc || !dg || !dxg || !xg ||
+                    launched(m40_cuda_embed_rms(dt, type, rb, dim, dtok, nt, dy, ld, dg, dxg, dsc,
+                                                1e-5f, NULL),
+                             "embed_rms") ||
+                    dget(sc, dsc, sizeof(float) * nt, "embed_rms") ||
+                    dget(y, dy, sizeof(float) * ny, "embed_rms") ||
+                    dget(xg, dxg, sizeof(float) * ny, "embed_rms"))
+                        goto out;
+                for (uint32_t t = 0; t < nt; t++) {
+                        double ss = 0.0, ref_s, e;
+
+                        for (uint32_t i = 0; i < dim; i++) {
+                                ss += (double)y[t * ld + i] * y[t * ld + i];
+                                if (xg[t * ld + i] != y[t * ld + i] * row[i] && bad++ < 3)
+                                        fail("embed_rms %s dim %u: xg[%u][%u] is not y * g",
+                                             m40_ggml_type_name(type), dim, t, i);
+                        }
+                        ref_s = 1.0 / sqrt(ss / dim + 1e-5);
+                        e = fabs(sc[t] - ref_s) / ref_s;
+                        if (!(e <= 1e-6))
+                                fail("embed_rms %s dim %u token %u: scale %.9g, reference %.9g",
+                                     m40_ggml_type_name(type), dim, t, sc[t], ref_s);
+                        note(OP_RMSNORM, e);
+                }
+        }
 out:
+        cudaFree(dsc);
+        cudaFree(dg);
+        cudaFree(dxg);
+        free(xg);
         cudaFree(dt);
         cudaFree(dtok);
         cudaFree(dy);

@@ -1,7 +1,8 @@
 /* tests/gpu/testmat.h - what the matrix-kernel tests (test_matvec, test_gemm) share: the
  * seeded random source, random weight matrices (quantized by ggml's reference quantizers,
  * tests/tools/quantize.h, decoded by the CPU engine's m40_cpu_dequant() where it is
- * built, else by the test tools' m40_row_dequantize(); uploaded to the device), the
+ * built, else by the test tools' m40_row_dequantize(); uploaded to the device and put
+ * in its layout as the engine does), the
  * double-precision reference dot product, and the NaN poison that marks what a kernel
  * must not write.
  *
@@ -110,7 +111,8 @@ static inline int mat_make(struct mat *m, uint32_t type, uint32_t n_in, uint32_t
 #endif
         }
         if (cudaMalloc(&m->dev, rb * n_out + 256) != cudaSuccess ||
-            cudaMemcpy(m->dev, m->q, rb * n_out, cudaMemcpyHostToDevice) != cudaSuccess)
+            cudaMemcpy(m->dev, m->q, rb * n_out, cudaMemcpyHostToDevice) != cudaSuccess ||
+            dev_relayout(m->dev, type, n_in, n_out, rb) < 0)
                 goto out;
         r = 0;
 out:
