@@ -7,7 +7,8 @@
  *                 values of m40_cpu_rope()), llama (2i, 2i+1) or NEOX (i, i + n_rot/2)
  *                 pairs, with the CPU's roundings (no fused multiply-add); then write k
  *                 and v as f16 (round to nearest even) into the token's page slot.
- *                 Grid n_tok, 512 threads. Exact: q, k and the cache bit for bit.
+ *                 Grid (n_tok, up to 64: one item per thread for a decode token), 256
+ *                 threads. Exact: q, k and the cache bit for bit.
  *   k_attention   flash-decoding: for token t and query head h, softmax(q . K[p] * scale)
  *                 weighted V over p <= pos[t]. The positions are cut into n_split spans
  *                 (the split count grows as tokens x heads shrink and the context grows:
@@ -71,43 +72,63 @@ __device__ __forceinline__ size_t slot_off(const struct m40_cuda_kv &kv, uint32_
                ((size_t)kv.layer * kv.page_tokens + p % kv.page_tokens) * kv.kv_dim;
 }
 
-__device__ __forceinline__ void rotate(float *x, int n_heads, int hd, const float *cs, int n_rot,
-                                       int neox)
+/* One rotated pair (a, b) of v with the row's cos/sin (cs[2i], cs[2i + 1]), the CPU's
+ * roundings: no contraction into fma (the CPU engine builds with -ffp-contract=off). */
+__device__ __forceinline__ void rotate_pair(float *v, int i, int half, const float *cs, int neox,
+                                            int *a, int *b, float *y0, float *y1)
 {
-        const int half = n_rot / 2;
+        const float c = cs[2 * i], s = cs[2 * i + 1];
 
-        for (int e = threadIdx.x; e < n_heads * half; e += blockDim.x) {
-                const int h = e / half, i = e % half;
-                const int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
-                float *v = x + (size_t)h * hd;
-                const float c = cs[2 * i], s = cs[2 * i + 1], x0 = v[a], x1 = v[b];
-
-                /* no contraction into fma: the CPU engine builds with -ffp-contract=off */
-                v[a] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
-                v[b] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
-        }
+        *a = neox ? i : 2 * i;
+        *b = neox ? i + half : 2 * i + 1;
+        const float x0 = v[*a], x1 = v[*b];
+        *y0 = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+        *y1 = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+        v[*a] = *y0;
+        v[*b] = *y1;
 }
 
+/* Token blockIdx.x; its work items are cut over gridDim.y blocks: q's pairs, k's pairs
+ * (rotated, then stored), k's elements past n_rot, v's elements (stored). Every item
+ * touches its own elements: no barrier. */
 __global__ void k_rope_store(struct m40_cuda_rope r, struct m40_cuda_kv kv, float *q, size_t ldq,
                              float *k, const float *__restrict__ v, size_t ldk, int n_heads,
                              int n_kv_heads, int hd)
 {
-        const int t = blockIdx.x;
+        const int t = blockIdx.x, half = (int)r.n_rot / 2, rest = hd - (int)r.n_rot;
         const uint32_t pos = kv.pos[t];
         const float *cs = r.cs + (size_t)pos * r.n_rot;
-        float *kt = k + (size_t)t * ldk;
-        const float *vt = v + (size_t)t * ldk;
-
-        rotate(q + (size_t)t * ldq, n_heads, hd, cs, (int)r.n_rot, r.neox);
-        rotate(kt, n_kv_heads, hd, cs, (int)r.n_rot, r.neox);
-        __syncthreads();
-
         const size_t off = slot_off(kv, kv.tbl[t], pos);
         __half *kc = (__half *)kv.base + off, *vc = (__half *)kv.base + kv.v_off + off;
+        const int nq = n_heads * half, nk = n_kv_heads * half, nr = n_kv_heads * rest;
+        const int nv = n_kv_heads * hd, total = nq + nk + nr + nv;
+        float *qt = q + (size_t)t * ldq, *kt = k + (size_t)t * ldk;
+        const float *vt = v + (size_t)t * ldk;
 
-        for (int i = threadIdx.x; i < n_kv_heads * hd; i += blockDim.x) {
-                kc[i] = __float2half_rn(kt[i]);
-                vc[i] = __float2half_rn(vt[i]);
+        for (int e = blockIdx.y * blockDim.x + threadIdx.x; e < total;
+             e += gridDim.y * blockDim.x) {
+                int a, b;
+                float y0, y1;
+
+                if (e < nq) {
+                        rotate_pair(qt + (size_t)(e / half) * hd, e % half, half, cs, r.neox, &a,
+                                    &b, &y0, &y1);
+                } else if (e < nq + nk) {
+                        const int h = (e - nq) / half;
+
+                        rotate_pair(kt + (size_t)h * hd, (e - nq) % half, half, cs, r.neox, &a, &b,
+                                    &y0, &y1);
+                        kc[h * hd + a] = __float2half_rn(y0);
+                        kc[h * hd + b] = __float2half_rn(y1);
+                } else if (e < nq + nk + nr) {
+                        const int x = e - nq - nk, i = (x / rest) * hd + (int)r.n_rot + x % rest;
+
+                        kc[i] = __float2half_rn(kt[i]);
+                } else {
+                        const int i = e - nq - nk - nr;
+
+                        vc[i] = __float2half_rn(vt[i]);
+                }
         }
 }
 
@@ -122,10 +143,16 @@ extern "C" int m40_cuda_rope_store(const struct m40_cuda_rope *r, const struct m
                 return -EINVAL;
         if (!n_tok)
                 return 0;
-        /* 512 threads: one token's rotations and stores are a few thousand independent
-         * elements, and decode has one token (one block on the whole GPU) */
-        k_rope_store<<<n_tok, 512, 0, stream>>>(*r, *kv, q, ldq, k, v, ldk, (int)n_heads,
-                                                (int)n_kv_heads, (int)head_dim);
+        /* A token's items over as many 256-thread blocks as give each thread one (decode
+         * has one token: its rotations and stores are latency, not throughput), at most
+         * 64; prefill's many tokens need no more than one block each. */
+        const uint32_t items = (n_heads + n_kv_heads) * (r->n_rot / 2) +
+                               n_kv_heads * (head_dim - r->n_rot) + n_kv_heads * head_dim;
+        uint32_t per = (items + 255) / 256;
+
+        per = n_tok >= 64 ? 1 : per > 64 ? 64 : per ? per : 1;
+        k_rope_store<<<dim3(n_tok, per), 256, 0, stream>>>(*r, *kv, q, ldq, k, v, ldk, (int)n_heads,
+                                                           (int)n_kv_heads, (int)head_dim);
         return m40_cuda_launch_status("rope_store");
 }
 
