@@ -4,7 +4,8 @@
  *   rope q,k and store k,v (f16); att = attention; x += att Wo; xn = rmsnorm(x) * ffn_norm;
  *   x += (silu(xn Wg) * (xn Wu)) Wd; then logits = rmsnorm(x[rows]) * output_norm Wout.
  * Steps of up to M40_CUDA_MATVEC_MAX_BATCH tokens run the RMSNorms inside the matrix
- * kernels (matvec.h: the residual update leaves the scales, the next products apply them).
+ * kernels (matvec.h: the residual update leaves x * g and partial sums of squares, the
+ * next products add those up and scale their sums).
  * Matrix products of GEMM_MIN_TOKENS tokens or more run as cuBLAS SGEMM on dequantized
  * weight tiles (cuda/gemm.h), smaller ones on the matrix kernels (cuda/matvec.h). The
  * weights are loaded as in the file, then re-laid out once on the device into the
@@ -65,8 +66,8 @@ struct m40_cuda_fwd {
         size_t meta_bytes;
         void *attn_ws; /* m40_cuda_attention()'s workspace (NULL when it needs none) */
         size_t attn_ws_bytes;
-        /* the fused RMSNorm of small steps (matvec.h): scales, partials, counter */
-        struct m40_cuda_rms_out rms;
+        /* the fused RMSNorm of small steps (matvec.h): partials and their count */
+        struct m40_cuda_rms rms;
         /* CUDA graphs of small steps (see run_graph()), most recently used first */
         struct fwd_graph {
                 cudaGraphExec_t exec;
@@ -288,14 +289,10 @@ static int scratch(struct m40_cuda_fwd *f, char *err, size_t errlen)
         r = r ? r : m40_cuda_scratch_alloc(f->a, f->meta_bytes, &f->meta_d);
         f->rms.partial_bytes = M40_CUDA_RMS_PARTIAL_BYTES(f->m->dim);
         f->rms.eps = f->m->rms_eps;
-        r = r ? r : m40_cuda_scratch_f32(f->a, M40_CUDA_MATVEC_MAX_BATCH, &f->rms.scale);
+        f->rms.xg = f->xn;
+        f->rms.ldxg = f->ld_dim;
         r = r ? r : m40_cuda_scratch_f32(f->a, f->rms.partial_bytes / 4, &f->rms.partial);
-        r = r ? r : m40_cuda_scratch_alloc(f->a, sizeof(unsigned), (void **)&f->rms.counter);
-        r = r ? r
-              : cuda_fail(cudaMemset(f->rms.counter, 0, sizeof(unsigned)), "cudaMemset", err,
-                          errlen);
-        /* done before any launch on the non-blocking stream */
-        r = r ? r : cuda_fail(cudaDeviceSynchronize(), "cudaMemset", err, errlen);
+        r = r ? r : m40_cuda_scratch_alloc(f->a, sizeof(unsigned), (void **)&f->rms.count);
         if (!r && f->attn_ws_bytes) { /* its counters start at zero (ops.h) */
                 r = m40_cuda_scratch_alloc(f->a, f->attn_ws_bytes, &f->attn_ws);
                 r = r ? r
@@ -392,8 +389,7 @@ int m40_cuda_fwd_new(const struct m40_model *m, int device, uint32_t max_tokens,
                             al(max_tokens * f->ld_dim * 4) * 3 + al(max_tokens * f->ld_q * 4) * 2 +
                             al(max_tokens * f->ld_kv * 4) * 2 + al(max_tokens * f->ld_ff * 4) * 2;
         cfg.scratch_bytes += extra_scratch;
-        cfg.scratch_bytes += al(M40_CUDA_MATVEC_MAX_BATCH * 4) +
-                             al(M40_CUDA_RMS_PARTIAL_BYTES(m->dim)) + al(sizeof(unsigned));
+        cfg.scratch_bytes += al(M40_CUDA_RMS_PARTIAL_BYTES(m->dim)) + al(sizeof(unsigned));
         cfg.scratch_bytes += al(max_row_bytes(m)); /* relayout()'s bounce, at least */
         f->attn_ws_bytes = m40_cuda_attention_workspace(max_tokens, m->n_heads,
                                                         max_ctx ? max_ctx - 1 : 0, m->head_dim);
@@ -520,11 +516,11 @@ static int mm3_norm(struct m40_cuda_fwd *f, const struct m40_cuda_matrix *w, uin
                 same = same && w[i].type == w[0].type && w[i].n_in == w[0].n_in &&
                        w[i].row_bytes == w[0].row_bytes;
         if (same)
-                return m40_cuda_matmul_n_rms(w, nw, f->xn, f->ld_dim, f->rms.scale, y, ldy, n,
+                return m40_cuda_matmul_n_rms(w, nw, f->xn, f->ld_dim, &f->rms, y, ldy, n,
                                              f->stream);
         for (uint32_t i = 0; i < nw && !r; i++)
-                r = m40_cuda_matmul_n_rms(&w[i], 1, f->xn, f->ld_dim, f->rms.scale, &y[i], &ldy[i],
-                                          n, f->stream);
+                r = m40_cuda_matmul_n_rms(&w[i], 1, f->xn, f->ld_dim, &f->rms, &y[i], &ldy[i], n,
+                                          f->stream);
         return r;
 }
 
@@ -537,11 +533,9 @@ static int mm_add(struct m40_cuda_fwd *f, const struct m40_cuda_matrix *w, const
         int r;
 
         if (fused(n)) {
-                struct m40_cuda_rms_out ro = f->rms;
+                struct m40_cuda_rms ro = f->rms;
 
                 ro.g = next_g;
-                ro.xg = f->xn;
-                ro.ldxg = f->ld_dim;
                 return m40_cuda_matvec_add_rms(w, x, ldx, f->x, f->ld_dim, n, &ro, f->stream);
         }
         r = mm(f, w, x, ldx, f->tmp, f->ld_dim, n);
@@ -635,9 +629,11 @@ static int forward(struct m40_cuda_fwd *f, uint32_t n, uint32_t n_rows, uint32_t
         };
         int r;
 
+        struct m40_cuda_rms ro = f->rms;
+
+        ro.g = f->layers[0].attn_norm;
         r = m40_cuda_embed_rms(f->tok_embd.data, f->tok_embd.type, f->tok_embd.row_bytes, m->dim,
-                               d_tok, n, f->x, f->ld_dim, fused(n) ? f->layers[0].attn_norm : NULL,
-                               f->xn, fused(n) ? f->rms.scale : NULL, m->rms_eps, f->stream);
+                               d_tok, n, f->x, f->ld_dim, fused(n) ? &ro : NULL, f->stream);
         for (uint32_t i = 0; i < m->n_layers && !r; i++) {
                 kv.layer = i;
                 r = layer(f, &f->layers[i], i + 1 < m->n_layers ? &f->layers[i + 1] : NULL, &kv, n,

@@ -4,8 +4,8 @@
  * Computes, for n_tok rows of activations (row-major, ld floats apart):
  *   k_embed    y[t] = dequant(table row tokens[t])       grid n_tok, 128 threads; exact
  *                                                         (quant.cuh deq8 is exact);
- *              with scale: also scale[t] = 1 / sqrt(mean(y[t]^2) + eps), as k_rmsnorm,
- *              and with g xg[t] = y[t] * g (the fused RMSNorm's first input, matvec.h)
+ *              for the fused RMSNorm (matvec.h) also xg[t] = y[t] * g and each token's
+ *              sum of squares as the producer's partial of column t
  *   k_rmsnorm  y[r] = x[idx[r]] / sqrt(mean(x^2) + eps) * w  grid n_rows, 128 to 1024
  *              threads (about 4 elements each);
  *              the sum of squares in double as the CPU; tolerance a few float ulps
@@ -19,6 +19,7 @@
 #include <cuda_runtime.h>
 
 #include "m40/error.h"
+#include "cuda/matvec.h"
 #include "cuda/ops.h"
 #include "cuda/quant.cuh"
 
@@ -40,8 +41,8 @@ template <typename V> __device__ V block_sum(V v, V *sh)
 template <int T>
 __global__ void k_embed(const uint8_t *__restrict__ table, size_t row_bytes, int dim,
                         const int32_t *__restrict__ tokens, float *__restrict__ y, size_t ld,
-                        const float *__restrict__ g, float *__restrict__ xg, float *scale,
-                        float eps)
+                        const float *__restrict__ g, float *__restrict__ xg, size_t ldxg,
+                        float *partial, unsigned *count)
 {
         __shared__ double sh[32];
         const uint8_t *row = table + (size_t)tokens[blockIdx.x] * row_bytes;
@@ -56,50 +57,52 @@ __global__ void k_embed(const uint8_t *__restrict__ table, size_t row_bytes, int
                         out[k + i] = w[i];
                         s += (double)(w[i] * w[i]);
                         if (xg)
-                                xg[(size_t)blockIdx.x * ld + k + i] = w[i] * g[k + i];
+                                xg[(size_t)blockIdx.x * ldxg + k + i] = w[i] * g[k + i];
                 }
         }
-        if (!scale) /* the same for the whole grid */
+        if (!partial) /* the same for the whole grid */
                 return;
         s = block_sum(s, sh);
-        if (threadIdx.x == 0)
-                scale[blockIdx.x] = 1.0f / sqrtf((float)(s / (double)dim) + eps);
+        if (threadIdx.x == 0) { /* one partial per token: the producer's layout, one block */
+                partial[blockIdx.x] = (float)s;
+                if (blockIdx.x == 0)
+                        *count = 1;
+        }
 }
 
 template <int T>
 static void launch_embed(const void *table, size_t row_bytes, uint32_t dim, const int32_t *tokens,
-                         uint32_t n_tok, float *y, size_t ld, const float *g, float *xg,
-                         float *scale, float eps, cudaStream_t stream)
+                         uint32_t n_tok, float *y, size_t ld, const struct m40_cuda_rms *rms,
+                         cudaStream_t stream)
 {
         k_embed<T><<<n_tok, 128, 0, stream>>>((const uint8_t *)table, row_bytes, (int)dim, tokens,
-                                              y, ld, g, xg, scale, eps);
+                                              y, ld, rms ? rms->g : NULL,
+                                              rms && rms->g ? rms->xg : NULL, rms ? rms->ldxg : 0,
+                                              rms ? rms->partial : NULL, rms ? rms->count : NULL);
 }
 
 extern "C" int m40_cuda_embed(const void *table, uint32_t type, size_t row_bytes, uint32_t dim,
                               const int32_t *tokens, uint32_t n_tok, float *y, size_t ld,
                               struct CUstream_st *stream)
 {
-        return m40_cuda_embed_rms(table, type, row_bytes, dim, tokens, n_tok, y, ld, NULL, NULL,
-                                  NULL, 0.0f, stream);
+        return m40_cuda_embed_rms(table, type, row_bytes, dim, tokens, n_tok, y, ld, NULL, stream);
 }
 
 extern "C" int m40_cuda_embed_rms(const void *table, uint32_t type, size_t row_bytes, uint32_t dim,
                                   const int32_t *tokens, uint32_t n_tok, float *y, size_t ld,
-                                  const float *g, float *xg, float *scale, float eps,
-                                  struct CUstream_st *stream)
+                                  const struct m40_cuda_rms *rms, struct CUstream_st *stream)
 {
-        if (!table || !tokens || !y || ld < dim || !dim || !(eps >= 0.0f) || (g && !xg) ||
-            (g && !scale))
+        if (!table || !tokens || !y || ld < dim || !dim)
                 return -EINVAL;
-        if (!g)
-                xg = NULL;
+        if (rms && (!rms->partial || !rms->count || n_tok > M40_CUDA_MATVEC_MAX_BATCH ||
+                    (rms->g && (!rms->xg || rms->ldxg < dim))))
+                return -EINVAL;
         if (!n_tok)
                 return 0;
         switch (type) {
 #define E(T)                                                                                       \
         case T:                                                                                    \
-                launch_embed<T>(table, row_bytes, dim, tokens, n_tok, y, ld, g, xg, scale, eps,    \
-                                stream);                                                           \
+                launch_embed<T>(table, row_bytes, dim, tokens, n_tok, y, ld, rms, stream);         \
                 break
                 E(M40_GGML_F32);
                 E(M40_GGML_F16);

@@ -101,6 +101,7 @@ static int check(const struct m40_cuda_matrix *w, const float *x, size_t ldx, fl
         a->vec = w->row_bytes % 16 == 0;
         a->add = false;
         a->rms = mv_rms();
+        a->rms_mode = 0;
         return 0;
 }
 
@@ -218,36 +219,39 @@ extern "C" int m40_cuda_matvec_add(const struct m40_cuda_matrix *w, const float 
 }
 
 extern "C" int m40_cuda_matmul_n_rms(const struct m40_cuda_matrix *w, uint32_t n, const float *xg,
-                                     size_t ldx, const float *scale, float *const *y,
+                                     size_t ldx, const struct m40_cuda_rms *rms, float *const *y,
                                      const size_t *ldy, uint32_t batch, struct CUstream_st *stream)
 {
         struct mv_args a[MV_MAX_MATS];
-        const int r = scale ? check_n(w, n, xg, ldx, y, ldy, batch, M40_CUDA_MATVEC_MAX_BATCH, a)
-                            : -EINVAL;
+        const int r = rms && rms->partial && rms->count && rms->eps >= 0.0f
+                              ? check_n(w, n, xg, ldx, y, ldy, batch, M40_CUDA_MATVEC_MAX_BATCH, a)
+                              : -EINVAL;
 
         if (r < 0)
                 return r;
-        a[0].rms.scale = scale;
+        a[0].rms.ss_part = rms->partial;
+        a[0].rms.ss_count = rms->count;
+        a[0].rms.eps = rms->eps;
+        a[0].rms_mode = 1;
         return launch(a, (int)n, w[0].type, 0, stream);
 }
 
 extern "C" int m40_cuda_matvec_add_rms(const struct m40_cuda_matrix *w, const float *x, size_t ldx,
                                        float *y, size_t ldy, uint32_t batch,
-                                       const struct m40_cuda_rms_out *out,
-                                       struct CUstream_st *stream)
+                                       const struct m40_cuda_rms *rms, struct CUstream_st *stream)
 {
         struct mv_args a;
         int r = check(w, x, ldx, y, ldy, batch, M40_CUDA_MATVEC_MAX_BATCH, &a);
 
         if (r < 0)
                 return r;
-        if (!out || !out->scale || !out->partial || !out->counter ||
-            out->partial_bytes < M40_CUDA_RMS_PARTIAL_BYTES(w->n_out) || !(out->eps >= 0.0f) ||
-            (out->g && (!out->xg || out->ldxg < w->n_out || out->ldxg > (size_t)INT_MAX / batch)))
+        if (!rms || !rms->partial || !rms->count ||
+            rms->partial_bytes < M40_CUDA_RMS_PARTIAL_BYTES(w->n_out) ||
+            (rms->g && (!rms->xg || rms->ldxg < w->n_out || rms->ldxg > (size_t)INT_MAX / batch)))
                 return -EINVAL;
-        if (out->g) { /* xg must not overlap x or y */
-                const uintptr_t gb = (uintptr_t)out->xg,
-                                ge = gb + (uintptr_t)batch * out->ldxg * sizeof(float);
+        if (rms->g) { /* xg must not overlap x or y */
+                const uintptr_t gb = (uintptr_t)rms->xg,
+                                ge = gb + (uintptr_t)batch * rms->ldxg * sizeof(float);
                 const uintptr_t xb = (uintptr_t)x, xe = xb + (uintptr_t)batch * ldx * sizeof(float);
                 const uintptr_t yb = (uintptr_t)y, ye = yb + (uintptr_t)batch * ldy * sizeof(float);
 
@@ -255,12 +259,11 @@ extern "C" int m40_cuda_matvec_add_rms(const struct m40_cuda_matrix *w, const fl
                         return -EINVAL;
         }
         a.add = true;
-        a.rms.g = out->g;
-        a.rms.xg = out->g ? out->xg : NULL;
-        a.rms.ldxg = (int)out->ldxg;
-        a.rms.ss_out = out->scale;
-        a.rms.ss_part = out->partial;
-        a.rms.ss_cnt = out->counter;
-        a.rms.eps = out->eps;
+        a.rms.g = rms->g;
+        a.rms.xg = rms->g ? rms->xg : NULL;
+        a.rms.ldxg = (int)rms->ldxg;
+        a.rms.ss_part = rms->partial;
+        a.rms.ss_count = rms->count;
+        a.rms_mode = 2;
         return launch(&a, 1, w->type, 0, stream);
 }

@@ -6,7 +6,7 @@
  * W (n_out, n_in) in GGML type T (rows of row_bytes bytes) and x (nb, ldx), y (nb, ldy)
  * row-major floats: the CPU engine's m40_cpu_matmul() (daemon/engine/matmul.h).
  *
- * k_matvec<T, NB, R, VEC, RMS> - batch 1..8 (NB = 1, 2, 4, 8 columns, nb <= NB): the
+ * k_matvec<T, NB, R, VEC, MODE, U> - batch 1..8 (NB = 1, 2, 4, 8 columns, nb <= NB): the
  *   bandwidth kernel. Launch: 256 threads = 8 warps per block, 1-D grid. Each warp owns
  *   R consecutive rows (1 to 4, see mv_rows) and a 1/S share of their pieces (S = 1, 2, 4
  *   or 8 warps of one block split a row group when rows are few, so every SM has warps
@@ -47,24 +47,23 @@ static_assert(MV_WARPS == 8, "k_matvec splits rows over up to 8 warps of a block
 /* RMSNorm fused into k_matvec (decode steps; ops.h's rmsnorm is the reference). With
  * y = x / rms(x) * g, y W^T = ((x * g) W^T) / rms(x): the norm's weight can be applied
  * where x is made and its scale after the sums, so the inner loop stays as it is:
- *  - producer (ss_out set, with add): after y += x W^T (y the residual stream) the kernel
- *    also writes xg[c][o] = y[c][o] * g[o] (g the next norm's weight, ldxg apart) and
- *    leaves scale[c] = 1 / sqrt(mean_o y[c][o]^2 + eps) over the n_out rows in ss_out:
- *    each block adds the squares of the outputs it wrote into ss_part[block * MV_NB_MAX
- *    + c]; the last block to finish (ss_cnt: atomicAdd after __threadfence, left 0
- *    again) adds the partials in block order and writes ss_out. Deterministic: no
- *    order depends on timing.
- *  - consumer (scale set): the product of xg, each sum times scale[c] before it is
- *    written. */
+ *  - producer (MODE 2, with add): after y += x W^T (y the residual stream) the kernel
+ *    also writes xg[c][o] = y[c][o] * g[o] (g the next norm's weight, ldxg apart; none
+ *    when g is NULL), and each block the sum of the squares of the outputs it wrote,
+ *    ss_part[block * MV_NB_MAX + c]; block 0 stores the block count in *ss_count.
+ *  - consumer (MODE 1): the product of xg; at its end every block adds the partials in
+ *    block order (the same sum in every block: deterministic, and no fence or atomic
+ *    anywhere), scale[c] = 1 / sqrt(sum / n_in + eps), and multiplies its sums by it.
+ * (A last-block reduction in the producer, __threadfence and atomicAdd per block, made
+ * the producer 35% slower on an H100: measured, replaced by this.) */
 #define MV_NB_MAX 8
 struct mv_rms {
-        const float *scale; /* consumer */
-        const float *g;     /* producer: */
+        const float *g; /* producer */
         float *xg;
         int ldxg;
-        float *ss_out, *ss_part;
-        unsigned *ss_cnt;
-        float eps;
+        float *ss_part; /* both: partials of MV_NB_MAX floats per producer block */
+        unsigned *ss_count;
+        float eps; /* consumer */
 };
 
 /* The arguments every launcher takes (checked by matvec.cu). */
@@ -79,7 +78,8 @@ struct mv_args {
         int nb;
         bool vec;          /* rows and x are 16-byte aligned (float types: whole-piece loads) */
         bool add;          /* k_matvec: y += x W^T (all matrices of the call) */
-        struct mv_rms rms; /* k_matvec: the fused RMSNorm (zeroed: none) */
+        struct mv_rms rms; /* k_matvec: the fused RMSNorm */
+        int rms_mode;      /* 0 none, 1 consumer, 2 producer (k_matvec's MODE) */
 };
 
 /* k_matvec's matrices: 1 to MV_MAX_MATS weight matrices of one type, n_in and row_bytes
@@ -225,15 +225,11 @@ template <int N> static __device__ __forceinline__ void warp_sum(float *v)
                         v[i] += __shfl_xor_sync(0xffffffffu, v[i], off);
 }
 
-/* The producer half of the fused RMSNorm (struct mv_rms), run by every thread of every
- * block of a k_matvec launch after its outputs are written: sq is the square of the
- * output this thread wrote (0 if none) in column c; n the rows of the whole output. */
-template <int NB>
-static __device__ void rms_produce(const struct mv_rms &rm, float sq, int c, int nb, int n)
+/* The producer's partial: sq is the square of the output this thread wrote (0 if none),
+ * in column c. Every thread of the block calls it. */
+template <int NB> static __device__ void rms_partial(const struct mv_rms &rm, float sq, int c)
 {
         __shared__ float ws[MV_WARPS][NB];
-        __shared__ double tot[MV_WARPS];
-        __shared__ bool last;
         const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
         float q[NB];
 
@@ -252,20 +248,25 @@ static __device__ void rms_produce(const struct mv_rms &rm, float sq, int c, int
                 for (int k = 0; k < MV_WARPS; k++)
                         b += threadIdx.x < NB ? ws[k][threadIdx.x] : 0.0f;
                 rm.ss_part[(size_t)blockIdx.x * MV_NB_MAX + threadIdx.x] = b;
-                __threadfence();
         }
-        __syncthreads();
-        if (threadIdx.x == 0)
-                last = atomicAdd(rm.ss_cnt, 1u) == gridDim.x - 1;
-        __syncthreads();
-        if (!last)
-                return;
-        __threadfence();
-        for (int col = 0; col < nb; col++) { /* the partials in a fixed order */
+        if (blockIdx.x == 0 && threadIdx.x == 0)
+                *rm.ss_count = gridDim.x;
+}
+
+/* The consumer's scales of columns 0 .. nb - 1 into scl, from the producer's partials
+ * (n the norm's length). Every thread of the block calls it; scl is ready after. */
+template <int NB>
+static __device__ void rms_scale(const struct mv_rms &rm, int nb, int n, float scl[MV_NB_MAX])
+{
+        __shared__ double tot[MV_WARPS];
+        const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+        const unsigned np = *rm.ss_count;
+
+        for (int col = 0; col < nb && col < NB; col++) {
                 double t = 0.0;
 
-                for (unsigned b = threadIdx.x; b < gridDim.x; b += blockDim.x)
-                        t += (double)__ldcg(rm.ss_part + (size_t)b * MV_NB_MAX + col);
+                for (unsigned b = threadIdx.x; b < np; b += blockDim.x)
+                        t += (double)rm.ss_part[(size_t)b * MV_NB_MAX + col];
 #pragma unroll
                 for (int off = 16; off > 0; off >>= 1)
                         t += __shfl_xor_sync(0xffffffffu, t, off);
@@ -277,12 +278,10 @@ static __device__ void rms_produce(const struct mv_rms &rm, float sq, int c, int
 
                         for (int k = 0; k < MV_WARPS; k++)
                                 all += tot[k];
-                        rm.ss_out[col] = 1.0f / sqrtf((float)(all / (double)n) + rm.eps);
+                        scl[col] = 1.0f / sqrtf((float)(all / (double)n) + rm.eps);
                 }
                 __syncthreads();
         }
-        if (threadIdx.x == 0)
-                *rm.ss_cnt = 0; /* for the next launch */
 }
 
 /* Pieces a lane loads before it computes them (matvec_lane's U): 2 for the 4/5-bit K
@@ -293,11 +292,10 @@ template <int T, int NB> struct mv_unroll {
         enum { U = NB == 1 && (T == M40_GGML_Q4_K || T == M40_GGML_Q5_K) ? 2 : 1 };
 };
 
-/* RMS: the fused RMSNorm's producer epilogue (struct mv_rms) is compiled in; without it
- * the kernel is the plain product, whose sums the consumer's scale may multiply (the
- * producer's registers and branches cost the plain quantized kernels 10-20% of their
- * bandwidth on an H100 when they were compiled into every launch). */
-template <int T, int NB, int R, bool VEC, bool RMS, int U>
+/* MODE: 0 the plain product, 1 the fused RMSNorm's consumer, 2 its producer (struct
+ * mv_rms); the plain kernel has none of their code (compiled into every launch, it cost
+ * the quantized kernels 10-20% of their bandwidth on an H100). */
+template <int T, int NB, int R, bool VEC, int MODE, int U>
 static __global__ void __launch_bounds__(MV_THREADS, 2)
         k_matvec(const struct mv_mats mm, size_t row_bytes, int n_in, const float *__restrict__ x,
                  int ldx, int nb, int split_log2)
@@ -335,20 +333,17 @@ static __global__ void __launch_bounds__(MV_THREADS, 2)
                                               p0, p1 < np ? p1 : np, lane, 32, x, ldx, nb, acc);
         warp_sum<R * NB>(&acc[0][0]);
 
-        if (!RMS) {                    /* plain, or the consumer's scale */
+        if (MODE == 0) {
                 if (split_log2 == 0) { /* the same for the whole grid: no barrier is skipped */
 #pragma unroll
                         for (int r = 0; r < R; r++)
 #pragma unroll
                                 for (int c = 0; c < NB; c++)
-                                        if (lane == r * NB + c && r < nrows && c < nb) {
-                                                float *yo = y + (size_t)c * ldy + row0 + r;
-                                                const float v =
-                                                        mm.rms.scale ? acc[r][c] * mm.rms.scale[c]
-                                                                     : acc[r][c];
-
-                                                *yo = mm.add ? *yo + v : v;
-                                        }
+                                        if (lane == r * NB + c && r < nrows && c < nb)
+                                                y[(size_t)c * ldy + row0 + r] =
+                                                        mm.add ? y[(size_t)c * ldy + row0 + r] +
+                                                                         acc[r][c]
+                                                               : acc[r][c];
                         return;
                 }
                 if (lane == 0)
@@ -364,8 +359,6 @@ static __global__ void __launch_bounds__(MV_THREADS, 2)
 
                                 for (int k = 0; k < (1 << split_log2); k++)
                                         sum += part[warp + k][lane];
-                                if (mm.rms.scale)
-                                        sum *= mm.rms.scale[c];
                                 y[(size_t)c * ldy + row0 + r] =
                                         mm.add ? y[(size_t)c * ldy + row0 + r] + sum : sum;
                         }
@@ -374,6 +367,7 @@ static __global__ void __launch_bounds__(MV_THREADS, 2)
         }
 
         /* the lane that writes output (r, c) = (lane / NB, lane % NB): its sum */
+        __shared__ float scl[MV_NB_MAX];
         const int wr = lane / NB, wc = lane % NB;
         bool mine = false;
         float v = 0.0f;
@@ -398,18 +392,20 @@ static __global__ void __launch_bounds__(MV_THREADS, 2)
                         mine = true;
                 }
         }
+        if (MODE == 1)
+                rms_scale<NB>(mm.rms, nb, n_in, scl);
         if (mine) {
                 float *yo = y + (size_t)wc * ldy + row0 + wr;
 
-                if (mm.rms.scale)
-                        v *= mm.rms.scale[wc];
+                if (MODE == 1)
+                        v *= scl[wc];
                 v = mm.add ? *yo + v : v;
                 *yo = v;
-                if (mm.rms.xg)
+                if (MODE == 2 && mm.rms.g)
                         mm.rms.xg[(size_t)wc * mm.rms.ldxg + row0 + wr] = v * mm.rms.g[row0 + wr];
         }
-        if (mm.rms.ss_out) /* the same for the whole grid */
-                rms_produce<NB>(mm.rms, mine ? v * v : 0.0f, wc, nb, mm.n_out[0]);
+        if (MODE == 2)
+                rms_partial<NB>(mm.rms, mine ? v * v : 0.0f, wc);
 }
 
 template <int T, int TM, int TN>
@@ -534,11 +530,14 @@ static int launch_mv(const struct mv_args *a, int n, int sms, cudaStream_t strea
 
         enum { U = mv_unroll<T, NB>::U };
 
-        if (mm.rms.ss_out)
-                k_matvec<T, NB, R, VEC, true, U><<<blocks, MV_THREADS, 0, stream>>>(
+        if (a->rms_mode == 1)
+                k_matvec<T, NB, R, VEC, 1, U><<<blocks, MV_THREADS, 0, stream>>>(
+                        mm, a->row_bytes, a->n_in, a->x, a->ldx, a->nb, sl);
+        else if (a->rms_mode == 2)
+                k_matvec<T, NB, R, VEC, 2, U><<<blocks, MV_THREADS, 0, stream>>>(
                         mm, a->row_bytes, a->n_in, a->x, a->ldx, a->nb, sl);
         else
-                k_matvec<T, NB, R, VEC, false, U><<<blocks, MV_THREADS, 0, stream>>>(
+                k_matvec<T, NB, R, VEC, 0, U><<<blocks, MV_THREADS, 0, stream>>>(
                         mm, a->row_bytes, a->n_in, a->x, a->ldx, a->nb, sl);
         return m40_cuda_launch_status("k_matvec");
 }

@@ -88,38 +88,38 @@ int m40_cuda_matmul_tiled(const struct m40_cuda_matrix *w, const float *x, size_
  * M40_CUDA_MATVEC_MAX_BATCH), so that a layer needs no normalization kernel of its own.
  * With xn = x / rms(x) * g: xn W^T = ((x * g) W^T) / rms(x), so the product that updates
  * the residual stream x (m40_cuda_matvec_add_rms()) also writes xg = x * g for the next
- * norm's weight g and, per column c, scale[c] = 1 / sqrt(mean(x[c]^2) + eps); the
- * products that read the normalized x multiply xg and scale each sum
- * (m40_cuda_matmul_n_rms()). That is ops.h's m40_cuda_rmsnorm() followed by the
- * product up to FP32 rounding (the scale applied after the sums instead of before: a
- * few 1e-7 relative). */
+ * norm's weight g and partial sums of x^2 per column; the products that read the
+ * normalized x (m40_cuda_matmul_n_rms()) multiply xg, add the partials up (in a fixed
+ * order: deterministic) and scale each sum by 1 / sqrt(mean(x[c]^2) + eps). That is
+ * ops.h's m40_cuda_rmsnorm() followed by the product up to FP32 rounding (the scale
+ * applied after the sums instead of before: a few 1e-7 relative). One struct carries
+ * what both sides share; the producer's partials stay valid until the next producer. */
 #define M40_CUDA_RMS_PARTIAL_BYTES(n_out) ((size_t)(n_out)*8 * sizeof(float))
-struct m40_cuda_rms_out {
-        const float *g;       /* the next norm's weight (n_out floats), or NULL: no xg */
-        float *xg;            /* batch rows of ldxg floats: y * g, written */
+struct m40_cuda_rms {
+        const float *g;       /* producer: the next norm's weight (n_out floats), or NULL */
+        float *xg;            /* producer: batch rows of ldxg floats, y * g (when g is set) */
         size_t ldxg;          /* >= n_out */
-        float *scale;         /* batch floats, written */
-        float *partial;       /* workspace of partial_bytes (per-block partial sums) */
-        size_t partial_bytes; /* at least M40_CUDA_RMS_PARTIAL_BYTES(w->n_out) */
-        unsigned *counter;    /* one word, 0 before the first call; every call leaves it 0 */
-        float eps;
+        float *partial;       /* partial sums, partial_bytes */
+        size_t partial_bytes; /* at least M40_CUDA_RMS_PARTIAL_BYTES(the producer's n_out) */
+        unsigned *count;      /* one word: how many partials the producer left */
+        float eps;            /* consumer: the norm's epsilon */
 };
 
 /* m40_cuda_matvec_add_rms - m40_cuda_matvec_add(), then, for the updated y[c][0 ..
- * n_out): out->xg[c] = y[c] * out->g (when g is set) and out->scale[c] (see above).
- * Calls that share out->counter or out->partial must not run at the same time (one
- * stream). -EINVAL also for a short workspace or an xg that overlaps x or y. */
+ * n_out): rms->xg[c] = y[c] * rms->g (when g is set) and the partial sums of y^2 in
+ * rms->partial and rms->count. -EINVAL also for a short partial buffer or an xg that
+ * overlaps x or y. */
 int m40_cuda_matvec_add_rms(const struct m40_cuda_matrix *w, const float *x, size_t ldx, float *y,
-                            size_t ldy, uint32_t batch, const struct m40_cuda_rms_out *out,
+                            size_t ldy, uint32_t batch, const struct m40_cuda_rms *rms,
                             struct CUstream_st *stream);
 
-/* m40_cuda_matmul_n_rms - m40_cuda_matmul_n() of the normalized x from the xg and scales
- * above: y[i][c] = (xg[c] W[i]^T) * scale[c], one launch, batch 1..
- * M40_CUDA_MATVEC_MAX_BATCH (scale: m40_cuda_matvec_add_rms()'s or
- * m40_cuda_embed_rms()'s). */
+/* m40_cuda_matmul_n_rms - m40_cuda_matmul_n() of the normalized x from xg and the
+ * partials above (m40_cuda_matvec_add_rms()'s or m40_cuda_embed_rms()'s; rms->eps, and
+ * n_in as the norm's length): y[i][c] = (xg[c] W[i]^T) / sqrt(mean(x[c]^2) + eps), one
+ * launch, batch 1..M40_CUDA_MATVEC_MAX_BATCH. */
 int m40_cuda_matmul_n_rms(const struct m40_cuda_matrix *w, uint32_t n, const float *xg, size_t ldx,
-                          const float *scale, float *const *y, const size_t *ldy, uint32_t batch,
-                          struct CUstream_st *stream);
+                          const struct m40_cuda_rms *rms, float *const *y, const size_t *ldy,
+                          uint32_t batch, struct CUstream_st *stream);
 
 /* m40_cuda_relayout - rewrite w's rows, as loaded from the GGUF file, into the device
  * layout the kernels here read (quant.cuh: the fields of each block type whose blocks

@@ -28,6 +28,7 @@ extern "C" {
 #endif
 
 struct CUstream_st;
+struct m40_cuda_rms;
 
 #define M40_CUDA_MAX_HEAD_DIM 512
 
@@ -37,12 +38,13 @@ int m40_cuda_embed(const void *table, uint32_t type, size_t row_bytes, uint32_t 
                    const int32_t *tokens, uint32_t n_tok, float *y, size_t ld,
                    struct CUstream_st *stream);
 
-/* m40_cuda_embed_rms - m40_cuda_embed(), and, when scale is set, scale[t] = 1 /
- * sqrt(mean(y[t]^2) + eps) and, when g is set, xg row t (ld apart) = y[t] * g: what the
- * fused RMSNorm of matvec.h reads (m40_cuda_matmul_n_rms()). */
+/* m40_cuda_embed_rms - m40_cuda_embed(), and, when rms is set (n_tok at most
+ * M40_CUDA_MATVEC_MAX_BATCH), what the fused RMSNorm's producer leaves (matvec.h):
+ * rms->xg row t = y[t] * rms->g when g is set, and each token's sum of squares as
+ * the partials a consumer adds up. */
 int m40_cuda_embed_rms(const void *table, uint32_t type, size_t row_bytes, uint32_t dim,
-                       const int32_t *tokens, uint32_t n_tok, float *y, size_t ld, const float *g,
-                       float *xg, float *scale, float eps, struct CUstream_st *stream);
+                       const int32_t *tokens, uint32_t n_tok, float *y, size_t ld,
+                       const struct m40_cuda_rms *rms, struct CUstream_st *stream);
 
 /* m40_cuda_rmsnorm - y row r = rmsnorm(x row idx[r]) * w for r < n_rows (idx NULL: r),
  * eps as m40_cpu_rmsnorm(); w may be NULL. y may equal x only when idx is NULL. */

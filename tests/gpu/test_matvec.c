@@ -6,9 +6,9 @@
  * multiple of the tile), and batches 1..64 through each kernel (m40_cuda_matvec,
  * m40_cuda_matmul_tiled, m40_cuda_matmul, m40_cuda_matmul_n with two and three matrices,
  * m40_cuda_matvec_add on random prior y, and the fused RMSNorm: m40_cuda_matmul_n_rms
- * of x * g and scales against x normalized in double, m40_cuda_matvec_add_rms's y * g
- * (exact) and scales against those of the y it wrote, its counter left 0), every
- * output element equals the reference
+ * of x * g and partial sums of squares against x normalized in double,
+ * m40_cuda_matvec_add_rms's y * g (exact) and partials against the sum of squares of
+ * the y it wrote), every output element equals the reference
  * within the type's bound (both tile sizes of the tiled kernel: a tall matrix makes it
  * take the large one), and no element outside the output is written (y is poisoned
  * with NaN first, guard columns and a guard row stay poisoned). Also the argument
@@ -68,11 +68,10 @@ static const char *const kname[K_COUNT] = {"matvec", "tiled",  "auto",   "multi"
                                            "add",    "rms-in", "rms-out"};
 #define RMS_EPS   1e-5f
 
-/* The fused RMSNorm's scales (K_ADDNORM): the worst relative error against the scale
- * computed in double from the y the kernel wrote; one counter for every call (each
- * must leave it 0 for the next). */
+/* The fused RMSNorm's producer (K_ADDNORM): the worst relative error of the sum of its
+ * partials against the sum of squares, in double, of the y it wrote. */
 static double worst_scale;
-static unsigned *rms_counter;
+#define RMS_PARTS 3 /* K_NORM: the partials the test hands the consumer */
 
 /* The worst error seen per type and kernel, and how many outputs were checked. */
 static double worst[MAX_TYPES][K_COUNT];
@@ -89,7 +88,8 @@ static void run_case_n(const struct mat *ms, uint32_t n, int ti, int k, uint32_t
         float *dys[M40_CUDA_MATMUL_MAX_MATS] = {NULL}, *ys[M40_CUDA_MATMUL_MAX_MATS] = {NULL};
         float *y0 = NULL; /* K_ADD: what y held before */
         /* the fused RMSNorm: weight g, x * g (device), x normalized in double, scales */
-        float *g = NULL, *xn = NULL, *xg = NULL, *dg = NULL, *dxg = NULL, *dscale = NULL;
+        float *g = NULL, *xn = NULL, *xg = NULL, *dg = NULL, *dxg = NULL;
+        unsigned *dcount = NULL;
         float *dpart = NULL;
         const size_t ldg = k == K_ADDNORM ? ((size_t)m->n_out + 3) & ~(size_t)3 : ldx; /* xg */
         double scale[M40_CUDA_MATVEC_MAX_BATCH];
@@ -126,7 +126,8 @@ static void run_case_n(const struct mat *ms, uint32_t n, int ti, int k, uint32_t
                 }
         }
         if (k == K_NORM || k == K_ADDNORM) {
-                const size_t pb = M40_CUDA_RMS_PARTIAL_BYTES(m->n_out);
+                const size_t pb =
+                        M40_CUDA_RMS_PARTIAL_BYTES(m->n_out > RMS_PARTS ? m->n_out : RMS_PARTS);
 
                 const uint32_t ng = k == K_NORM ? m->n_in : m->n_out;
 
@@ -136,7 +137,7 @@ static void run_case_n(const struct mat *ms, uint32_t n, int ti, int k, uint32_t
                 if (!g || !xn || !xg ||
                     cudaMalloc((void **)&dg, sizeof(float) * ng) != cudaSuccess ||
                     cudaMalloc((void **)&dxg, sizeof(float) * ldg * batch) != cudaSuccess ||
-                    cudaMalloc((void **)&dscale, sizeof(float) * batch) != cudaSuccess ||
+                    cudaMalloc((void **)&dcount, sizeof(unsigned)) != cudaSuccess ||
                     cudaMalloc((void **)&dpart, pb) != cudaSuccess) {
                         fail("norm buffers");
                         goto out;
@@ -155,17 +156,26 @@ static void run_case_n(const struct mat *ms, uint32_t n, int ti, int k, uint32_t
                                 xg[c * ldx + i] = x[c * ldx + i] * g[i];
                         }
                 }
-                {
-                        float fs[M40_CUDA_MATVEC_MAX_BATCH];
+                { /* K_NORM: sum(x^2) as RMS_PARTS partials (uneven thirds of the row) */
+                        double pd[RMS_PARTS][8] = {{0}};
+                        float parts[RMS_PARTS][8];
+                        const unsigned np = RMS_PARTS;
 
                         for (uint32_t c = 0; c < batch; c++)
-                                fs[c] = (float)scale[c];
+                                for (uint32_t i = 0; i < m->n_in; i++)
+                                        pd[i * RMS_PARTS / m->n_in][c] +=
+                                                (double)x[c * ldx + i] * x[c * ldx + i];
+                        for (int b = 0; b < RMS_PARTS; b++)
+                                for (int c = 0; c < 8; c++)
+                                        parts[b][c] = (float)pd[b][c];
                         if (cudaMemcpy(dg, g, sizeof(float) * ng, cudaMemcpyHostToDevice) !=
                                     cudaSuccess ||
-                            (k == K_NORM && cudaMemcpy(dxg, xg, sizeof(float) * ldx * batch,
-                                                       cudaMemcpyHostToDevice) != cudaSuccess) ||
-                            cudaMemcpy(dscale, fs, sizeof(float) * batch, cudaMemcpyHostToDevice) !=
-                                    cudaSuccess) {
+                            (k == K_NORM && (cudaMemcpy(dxg, xg, sizeof(float) * ldx * batch,
+                                                        cudaMemcpyHostToDevice) != cudaSuccess ||
+                                             cudaMemcpy(dpart, parts, sizeof(parts),
+                                                        cudaMemcpyHostToDevice) != cudaSuccess ||
+                                             cudaMemcpy(dcount, &np, sizeof(np),
+                                                        cudaMemcpyHostToDevice) != cudaSuccess))) {
                                 fail("norm upload");
                                 goto out;
                         }
@@ -195,15 +205,19 @@ static void run_case_n(const struct mat *ms, uint32_t n, int ti, int k, uint32_t
                 r = m40_cuda_matmul(&w[0], dx, ldx, dys[0], ldy[0], batch, NULL);
         else if (k == K_ADD)
                 r = m40_cuda_matvec_add(&w[0], dx, ldx, dys[0], ldy[0], batch, NULL);
-        else if (k == K_NORM)
-                r = m40_cuda_matmul_n_rms(w, n, dxg, ldx, dscale, dys, ldy, batch, NULL);
-        else if (k == K_ADDNORM) {
-                const struct m40_cuda_rms_out ro = {
-                        dg,          dxg,    ldg,
-                        dscale,      dpart,  M40_CUDA_RMS_PARTIAL_BYTES(m->n_out),
-                        rms_counter, RMS_EPS};
+        else if (k == K_NORM || k == K_ADDNORM) {
+                const struct m40_cuda_rms ro = {
+                        dg,
+                        dxg,
+                        ldg,
+                        dpart,
+                        M40_CUDA_RMS_PARTIAL_BYTES(m->n_out > RMS_PARTS ? m->n_out : RMS_PARTS),
+                        dcount,
+                        RMS_EPS};
 
-                r = m40_cuda_matvec_add_rms(&w[0], dx, ldx, dys[0], ldy[0], batch, &ro, NULL);
+                r = k == K_NORM ? m40_cuda_matmul_n_rms(w, n, dxg, ldx, &ro, dys, ldy, batch, NULL)
+                                : m40_cuda_matvec_add_rms(&w[0], dx, ldx, dys[0], ldy[0], batch,
+                                                          &ro, NULL);
         } else
                 r = m40_cuda_matmul_n(w, n, dx, ldx, dys, ldy, batch, NULL);
         if (r < 0) {
@@ -221,22 +235,25 @@ static void run_case_n(const struct mat *ms, uint32_t n, int ti, int k, uint32_t
                 }
                 mat_check_y(&ms[i], &yc, batch, k == K_NORM ? xn : x, ldx, ys[i], y0, ldy[i]);
         }
-        if (k == K_ADDNORM) { /* y * g, the scales of the y written, the counter back at 0 */
-                float fs[M40_CUDA_MATVEC_MAX_BATCH];
-                unsigned cnt = 1;
+        if (k == K_ADDNORM) { /* y * g exactly; the partials add up to sum(y^2) */
+                float *parts = NULL;
+                unsigned cnt = 0;
                 int bad = 0;
 
-                if (cudaMemcpy(fs, dscale, sizeof(float) * batch, cudaMemcpyDeviceToHost) !=
+                if (cudaMemcpy(xg, dxg, sizeof(float) * ldg * batch, cudaMemcpyDeviceToHost) !=
                             cudaSuccess ||
-                    cudaMemcpy(xg, dxg, sizeof(float) * ldg * batch, cudaMemcpyDeviceToHost) !=
-                            cudaSuccess ||
-                    cudaMemcpy(&cnt, rms_counter, sizeof(cnt), cudaMemcpyDeviceToHost) !=
-                            cudaSuccess) {
-                        fail("scale download");
+                    cudaMemcpy(&cnt, dcount, sizeof(cnt), cudaMemcpyDeviceToHost) != cudaSuccess) {
+                        fail("partials download");
                         goto out;
                 }
-                CHECK(cnt == 0, "rms-out %s %ux%u batch %u: counter left at %u",
-                      m40_ggml_type_name(m->type), m->n_out, m->n_in, batch, cnt);
+                if (cnt < 1 || cnt > m->n_out || !(parts = malloc(sizeof(float) * 8 * cnt)) ||
+                    cudaMemcpy(parts, dpart, sizeof(float) * 8 * cnt, cudaMemcpyDeviceToHost) !=
+                            cudaSuccess) {
+                        fail("rms-out %s %ux%u batch %u: %u partials", m40_ggml_type_name(m->type),
+                             m->n_out, m->n_in, batch, cnt);
+                        free(parts);
+                        goto out;
+                }
                 for (uint32_t c = 0; c < batch && bad < 3; c++)
                         for (uint32_t o = 0; o < m->n_out && bad < 3; o++)
                                 if (xg[c * ldg + o] != ys[0][c * ldy[0] + o] * g[o]) {
@@ -247,26 +264,28 @@ static void run_case_n(const struct mat *ms, uint32_t n, int ti, int k, uint32_t
                                         bad++;
                                 }
                 for (uint32_t c = 0; c < batch; c++) {
-                        double ss = 0.0, e;
+                        double ss = 0.0, sp = 0.0, e;
 
                         for (uint32_t o = 0; o < m->n_out; o++)
                                 ss += (double)ys[0][c * ldy[0] + o] * ys[0][c * ldy[0] + o];
-                        e = fabs(fs[c] - 1.0 / sqrt(ss / m->n_out + RMS_EPS)) *
-                            sqrt(ss / m->n_out + RMS_EPS);
+                        for (unsigned b = 0; b < cnt; b++)
+                                sp += parts[b * 8 + c];
+                        e = fabs(sp - ss) / ss;
                         if (!(e <= 1e-6))
-                                fail("rms-out %s %ux%u batch %u column %u: scale %.9g, reference "
-                                     "%.9g (relative error %.2e, bound 1e-6)",
-                                     m40_ggml_type_name(m->type), m->n_out, m->n_in, batch, c,
-                                     fs[c], 1.0 / sqrt(ss / m->n_out + RMS_EPS), e);
+                                fail("rms-out %s %ux%u batch %u column %u: partials add up to "
+                                     "%.9g, sum of squares %.9g (relative error %.2e, bound 1e-6)",
+                                     m40_ggml_type_name(m->type), m->n_out, m->n_in, batch, c, sp,
+                                     ss, e);
                         if (e > worst_scale)
                                 worst_scale = e;
                 }
+                free(parts);
         }
 out:
         cudaFree(dg);
         cudaFree(dxg);
         free(xg);
-        cudaFree(dscale);
+        cudaFree(dcount);
         cudaFree(dpart);
         free(g);
         free(xn);
@@ -484,11 +503,6 @@ int main(void)
         if (!d)
                 return code;
         check_arguments();
-        if (cudaMalloc((void **)&rms_counter, sizeof(unsigned)) != cudaSuccess ||
-            cudaMemset(rms_counter, 0, sizeof(unsigned)) != cudaSuccess) {
-                fail("counter");
-                return finish();
-        }
         for (int ti = 0; ti < MAX_TYPES; ti++) {
                 const uint32_t t = types[ti].type;
 
@@ -518,9 +532,9 @@ int main(void)
                 printf(" %8" PRIu64 "\n", n);
         }
         printf("(max |y - ref| / sum|w x| per type and kernel; rms-in: x normalized in double is "
-               "the reference input)\nrms-out scales: max relative error %.2e (bound 1e-6)\n",
+               "the reference input)\nrms-out partials: max relative error of their sum %.2e "
+               "(bound 1e-6)\n",
                worst_scale);
-        cudaFree(rms_counter);
         m40_cuda_device_free(d);
         return finish();
 }

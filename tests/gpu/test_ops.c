@@ -55,6 +55,7 @@ int main(void)
 
 #include <cuda_runtime_api.h>
 
+#include "cuda/matvec.h"
 #include "cuda/ops.h"
 #include "engine/model.h"
 #include "engine/ops.h"
@@ -158,7 +159,7 @@ static void embed_case(uint32_t type, uint32_t dim, uint32_t n_vocab, uint32_t n
         uint8_t *table = NULL;
         float *row = malloc(sizeof(float) * dim), *y = host_poison(ny), *ref = NULL;
         int32_t *tok = malloc(sizeof(int32_t) * n_tok);
-        void *dt = NULL, *dtok = NULL, *dsc = NULL, *dg = NULL, *dxg = NULL;
+        void *dt = NULL, *dtok = NULL, *dsc = NULL, *dcnt = NULL, *dg = NULL, *dxg = NULL;
         float *dy = NULL, *xg = NULL;
         int bad = 0;
 
@@ -231,26 +232,33 @@ static void embed_case(uint32_t type, uint32_t dim, uint32_t n_vocab, uint32_t n
                         }
                 }
         }
-        { /* m40_cuda_embed_rms: the same rows, each row's RMS scale and row * g (matvec.h) */
+        { /* m40_cuda_embed_rms: the same rows, row * g, each row's sum of squares as the
+           * fused RMSNorm's partials (matvec.h): one per token, count 1 */
                 float sc[8];
+                unsigned cnt = 0;
                 const uint32_t nt = n_tok < 8 ? n_tok : 8;
+                struct m40_cuda_rms ro;
 
                 for (uint32_t i = 0; i < dim; i++)
                         row[i] = (float)(0.5 + rng_unit(&seed));
-                dsc = dput(NULL, sizeof(sc));
+                dsc = dput(NULL, M40_CUDA_RMS_PARTIAL_BYTES(1));
+                dcnt = dput(NULL, sizeof(unsigned));
                 dg = dput(row, sizeof(float) * dim);
                 dxg = dput(NULL, sizeof(float) * ny);
                 xg = malloc(sizeof(float) * ny);
-                if (!dsc || !dg || !dxg || !xg ||
-                    launched(m40_cuda_embed_rms(dt, type, rb, dim, dtok, nt, dy, ld, dg, dxg, dsc,
-                                                1e-5f, NULL),
+                ro = (struct m40_cuda_rms){dg,   dxg,  ld, dsc, M40_CUDA_RMS_PARTIAL_BYTES(1),
+                                           dcnt, 1e-5f};
+                if (!dsc || !dcnt || !dg || !dxg || !xg ||
+                    launched(m40_cuda_embed_rms(dt, type, rb, dim, dtok, nt, dy, ld, &ro, NULL),
                              "embed_rms") ||
                     dget(sc, dsc, sizeof(float) * nt, "embed_rms") ||
+                    dget(&cnt, dcnt, sizeof(cnt), "embed_rms") ||
                     dget(y, dy, sizeof(float) * ny, "embed_rms") ||
                     dget(xg, dxg, sizeof(float) * ny, "embed_rms"))
                         goto out;
+                CHECK(cnt == 1, "embed_rms: partial count %u, not 1", cnt);
                 for (uint32_t t = 0; t < nt; t++) {
-                        double ss = 0.0, ref_s, e;
+                        double ss = 0.0, e;
 
                         for (uint32_t i = 0; i < dim; i++) {
                                 ss += (double)y[t * ld + i] * y[t * ld + i];
@@ -258,16 +266,17 @@ static void embed_case(uint32_t type, uint32_t dim, uint32_t n_vocab, uint32_t n
                                         fail("embed_rms %s dim %u: xg[%u][%u] is not y * g",
                                              m40_ggml_type_name(type), dim, t, i);
                         }
-                        ref_s = 1.0 / sqrt(ss / dim + 1e-5);
-                        e = fabs(sc[t] - ref_s) / ref_s;
+                        e = fabs(sc[t] - ss) / (ss > 0 ? ss : 1.0);
                         if (!(e <= 1e-6))
-                                fail("embed_rms %s dim %u token %u: scale %.9g, reference %.9g",
-                                     m40_ggml_type_name(type), dim, t, sc[t], ref_s);
+                                fail("embed_rms %s dim %u token %u: sum of squares %.9g, "
+                                     "reference %.9g",
+                                     m40_ggml_type_name(type), dim, t, sc[t], ss);
                         note(OP_RMSNORM, e);
                 }
         }
 out:
         cudaFree(dsc);
+        cudaFree(dcnt);
         cudaFree(dg);
         cudaFree(dxg);
         free(xg);
