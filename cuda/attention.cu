@@ -48,6 +48,7 @@
 #define ATTN_WARPS      (ATTN_THREADS / 32)
 #define ATTN_HB         8    /* query heads of one KV head per block, at most */
 #define ATTN_TILE       64   /* positions scored per pass of a block */
+#define ATTN_PU         4    /* positions a warp scores at once (their K loads in flight) */
 #define ATTN_SPAN_MIN   128  /* positions per split, at least (two tiles) */
 #define ATTN_MAX_SPLITS 32   /* splits of one (token, head), at most: one lane each in the merge */
 #define ATTN_TARGET     1024 /* blocks a launch aims for (H100: ~8 per SM, M40: ~43) */
@@ -306,42 +307,63 @@ __global__ void __launch_bounds__(ATTN_THREADS)
         for (uint32_t tp = p0; tp < p1; tp += ATTN_TILE) {
                 const int n = (int)min(p1 - tp, (uint32_t)ATTN_TILE);
 
-                /* scores of the tile: one warp per position, K read once for nh heads */
-                for (int pp = warp; pp < n; pp += ATTN_WARPS) {
+                /* the tile's K/V offsets first, every thread one position: the page-table
+                 * lookups in parallel, not one dependent load ahead of each score */
+                for (int pp = tid; pp < n; pp += ATTN_THREADS) {
                         const uint32_t p = tp + pp;
-                        const size_t off =
+
+                        s_off[pp] =
                                 (size_t)__ldg(kv.pages + tbl + p / kv.page_tokens) * kv.page_elems +
                                 ((size_t)kv.layer * kv.page_tokens + p % kv.page_tokens) *
                                         kv.kv_dim;
-                        float s[ATTN_HB];
+                }
+                __syncthreads();
+
+                /* scores of the tile: one warp per position, ATTN_PU positions per pass with
+                 * their K loads in flight together, K read once for nh heads (each score
+                 * summed as before: lanes over the row, then a shuffle tree) */
+                for (int pb = warp * ATTN_PU; pb < n; pb += ATTN_WARPS * ATTN_PU) {
+                        float s[ATTN_PU][ATTN_HB];
 
 #pragma unroll
-                        for (int j = 0; j < ATTN_HB; j++)
-                                s[j] = 0.0f;
+                        for (int u = 0; u < ATTN_PU; u++)
+#pragma unroll
+                                for (int j = 0; j < ATTN_HB; j++)
+                                        s[u][j] = 0.0f;
                         for (int i = lane * VEC; i < hd; i += 32 * VEC) {
-                                float k0, k1;
+                                float k0[ATTN_PU], k1[ATTN_PU];
 
-                                ld_kv<VEC>(kb + off + i, k0, k1);
+#pragma unroll
+                                for (int u = 0; u < ATTN_PU; u++) {
+                                        k0[u] = k1[u] = 0.0f;
+                                        if (pb + u < n)
+                                                ld_kv<VEC>(kb + s_off[pb + u] + i, k0[u], k1[u]);
+                                }
+#pragma unroll
+                                for (int u = 0; u < ATTN_PU; u++)
+#pragma unroll
+                                        for (int j = 0; j < ATTN_HB; j++) {
+                                                if (j < nh) {
+                                                        s[u][j] += qs[j * hd + i] * k0[u];
+                                                        if (VEC == 2)
+                                                                s[u][j] +=
+                                                                        qs[j * hd + i + 1] * k1[u];
+                                                }
+                                        }
+                        }
+#pragma unroll
+                        for (int u = 0; u < ATTN_PU; u++)
 #pragma unroll
                                 for (int j = 0; j < ATTN_HB; j++) {
-                                        if (j < nh) {
-                                                s[j] += qs[j * hd + i] * k0;
-                                                if (VEC == 2)
-                                                        s[j] += qs[j * hd + i + 1] * k1;
+                                        if (j < nh && pb + u < n) {
+                                                for (int o = 16; o; o >>= 1)
+                                                        s[u][j] += __shfl_xor_sync(0xffffffffu,
+                                                                                   s[u][j], o);
+                                                if (lane == 0)
+                                                        sc[j * ATTN_TILE + pb + u] =
+                                                                s[u][j] * pl.scale;
                                         }
                                 }
-                        }
-#pragma unroll
-                        for (int j = 0; j < ATTN_HB; j++) {
-                                if (j < nh) {
-                                        for (int o = 16; o; o >>= 1)
-                                                s[j] += __shfl_xor_sync(0xffffffffu, s[j], o);
-                                        if (lane == 0)
-                                                sc[j * ATTN_TILE + pp] = s[j] * pl.scale;
-                                }
-                        }
-                        if (lane == 0)
-                                s_off[pp] = off;
                 }
                 __syncthreads();
 
