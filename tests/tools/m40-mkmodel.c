@@ -296,38 +296,15 @@ static int write_metadata(struct m40_gguf_writer *w, const struct spec *s, const
 
 /* ---- random rows ---- */
 
-static uint64_t splitmix64(uint64_t *x)
-{
-        uint64_t z = (*x += UINT64_C(0x9e3779b97f4a7c15));
-
-        z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-        z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-        return z ^ (z >> 31);
-}
-
-static uint64_t rotl(uint64_t x, int k)
-{
-        return (x << k) | (x >> (64 - k));
-}
-
 /* Row r of tensor t: mean + std * (sum of four 16-bit uniforms, standardized). */
 static void gen_row(const struct tplan *t, uint64_t seed, uint64_t ti, uint64_t row, float *x)
 {
-        uint64_t sm = seed, s0, s1, s2, s3;
-
-        sm = splitmix64(&sm) ^ ti; /* chain (seed, t, r) through the mixer */
-        sm = splitmix64(&sm) ^ row;
-        s0 = splitmix64(&sm), s1 = splitmix64(&sm), s2 = splitmix64(&sm), s3 = splitmix64(&sm);
+        struct mk_rng g;
         const float scale = t->std * (1.0f / 37837.227f); /* 65536 / sqrt(3) */
 
+        mk_rng_seed(&g, seed, ti, row);
         for (uint64_t i = 0; i < t->ne0; i++) {
-                uint64_t v = rotl(s1 * 5, 7) * 9, tmp = s1 << 17; /* xoshiro256** */
-                s2 ^= s0;
-                s3 ^= s1;
-                s1 ^= s2;
-                s0 ^= s3;
-                s2 ^= tmp;
-                s3 = rotl(s3, 45);
+                const uint64_t v = mk_next(&g);
                 int32_t sum = (int32_t)(v & 0xffff) + (int32_t)((v >> 16) & 0xffff) +
                               (int32_t)((v >> 32) & 0xffff) + (int32_t)(v >> 48);
                 x[i] = t->mean + (float)(sum - 131070) * scale;

@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "mkmodel.h"
 #include "model/ggml_type.h"
 #include "quantize.h"
 
@@ -23,55 +24,20 @@
 #define MEAN_SUB 47.5f                        /* mean of the K types' sub-block scales (32..63) */
 #define STREAM   UINT64_C(0x6d6b6d6f64656c21) /* keeps these rows apart from float rows */
 
-struct rng {
-        uint64_t s[4];
-};
-
-static uint64_t splitmix64(uint64_t *x)
+/* The rows' generator, on its own stream (seed ^ STREAM). */
+static void rng_seed(struct mk_rng *g, uint64_t seed, uint64_t ti, uint64_t row)
 {
-        uint64_t z = (*x += UINT64_C(0x9e3779b97f4a7c15));
-
-        z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-        z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-        return z ^ (z >> 31);
+        mk_rng_seed(g, seed ^ STREAM, ti, row);
 }
 
-static uint64_t rotl(uint64_t x, int k)
-{
-        return (x << k) | (x >> (64 - k));
-}
-
-static uint64_t next(struct rng *g)
-{
-        uint64_t *s = g->s, v = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-
-        s[2] ^= s[0];
-        s[3] ^= s[1];
-        s[1] ^= s[2];
-        s[0] ^= s[3];
-        s[2] ^= t;
-        s[3] = rotl(s[3], 45);
-        return v;
-}
-
-static void rng_seed(struct rng *g, uint64_t seed, uint64_t ti, uint64_t row)
-{
-        uint64_t sm = seed ^ STREAM;
-
-        sm = splitmix64(&sm) ^ ti;
-        sm = splitmix64(&sm) ^ row;
-        for (int i = 0; i < 4; i++)
-                g->s[i] = splitmix64(&sm);
-}
-
-static void fill(struct rng *g, uint8_t *p, size_t n)
+static void fill(struct mk_rng *g, uint8_t *p, size_t n)
 {
         for (; n >= 8; n -= 8, p += 8) {
-                uint64_t v = next(g);
+                uint64_t v = mk_next(g);
                 memcpy(p, &v, 8);
         }
         if (n) {
-                uint64_t v = next(g);
+                uint64_t v = mk_next(g);
                 memcpy(p, &v, n);
         }
 }
@@ -94,9 +60,9 @@ static void pack_k4(uint8_t q[12], const uint8_t sc[8], const uint8_t m[8])
 }
 
 /* The K types' scales and mins: eight values in 32..63 from one draw; min = scale. */
-static void k4_scales(struct rng *g, uint8_t q[12])
+static void k4_scales(struct mk_rng *g, uint8_t q[12])
 {
-        uint64_t v = next(g);
+        uint64_t v = mk_next(g);
         uint8_t sc[8];
 
         for (int j = 0; j < 8; j++)
@@ -151,7 +117,7 @@ int m40_mkmodel_random_row(uint32_t t, uint64_t seed, uint64_t ti, uint64_t row,
 {
         const struct m40_ggml_type_info *ti_ = m40_ggml_type_info(t);
         uint8_t *p = out;
-        struct rng g;
+        struct mk_rng g;
         uint64_t nb;
         uint32_t bb;
 
@@ -192,7 +158,7 @@ int m40_mkmodel_random_row(uint32_t t, uint64_t seed, uint64_t ti, uint64_t row,
                         k4_scales(&g, p + 4);
                         break;
                 case M40_GGML_Q6_K: { /* ql[128], qh[64], scales[16] (int8), d */
-                        uint64_t v = next(&g), w = next(&g);
+                        uint64_t v = mk_next(&g), w = mk_next(&g);
                         for (int j = 0; j < 16; j++)
                                 p[192 + j] =
                                         (uint8_t)(32 + (((j < 8 ? v : w) >> (5 * (j % 8))) & 31));
