@@ -110,23 +110,25 @@ template <bool TAIL> M40_HD void load_x4(const float *x, int off, int n_in, floa
         v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
 }
 
-/* The R rows' raw bytes of piece p (rows at or past nrows are not read). */
+/* The R rows' raw bytes of piece p. Rows at or past nrows (1 <= nrows <= R) are not
+ * read: their slots get row nrows - 1 again, so that the loads and the arithmetic have
+ * no branch per row (their sums are never written). */
 template <int T, int R, bool VEC>
 M40_HD void mv_load(typename qt<T>::raw raw[R], const uint8_t *w, size_t row_bytes, int nrows,
                     int n_in, int p)
 {
         M40_UNROLL
         for (int r = 0; r < R; r++)
-                if (r < nrows)
-                        qt<T>::template load<VEC>(raw[r], w + r * row_bytes, p, n_in);
+                qt<T>::template load<VEC>(raw[r], w + (r < nrows ? r : nrows - 1) * row_bytes, p,
+                                          n_in);
 }
 
 /* Piece p of R rows (already loaded) times NB columns, added to acc. Per scale group
  * g: s = sum v * x and, when the type needs it, xs = sum x; then acc += d * s + m * xs
  * (weight = d * v + m, quant.cuh). Activation runs are loaded once for all R rows. */
 template <int T, int NB, int R>
-M40_HD void mv_piece(const typename qt<T>::raw raw[R], int nrows, int n_in, int p, const float *x,
-                     int ldx, int nb, float acc[R][NB])
+M40_HD void mv_piece(const typename qt<T>::raw raw[R], int n_in, int p, const float *x, int ldx,
+                     int nb, float acc[R][NB])
 {
         typedef qt<T> Q;
         enum { RPG = Q::NRUN / Q::NG }; /* runs per scale group */
@@ -158,11 +160,9 @@ M40_HD void mv_piece(const typename qt<T>::raw raw[R], int nrows, int n_in, int 
                                         xs[c] += (xv[c][0] + xv[c][1]) + (xv[c][2] + xv[c][3]);
                         }
                         M40_UNROLL
-                        for (int r = 0; r < R; r++) {
+                        for (int r = 0; r < R; r++) { /* rows past nrows: see mv_load */
                                 float v[4];
 
-                                if (r >= nrows)
-                                        continue;
                                 Q::run(raw[r], p, j, v);
                                 M40_UNROLL
                                 for (int c = 0; c < NB; c++)
@@ -175,8 +175,6 @@ M40_HD void mv_piece(const typename qt<T>::raw raw[R], int nrows, int n_in, int 
                 for (int r = 0; r < R; r++) {
                         float d, m;
 
-                        if (r >= nrows)
-                                continue;
                         Q::scale(raw[r], p, g, &d, &m);
                         M40_UNROLL
                         for (int c = 0; c < NB; c++) {
@@ -190,7 +188,8 @@ M40_HD void mv_piece(const typename qt<T>::raw raw[R], int nrows, int n_in, int 
 
 /* matvec_lane - the inner loop: one lane's share of R rows times NB columns.
  * Rows w + r * row_bytes for r < nrows (<= R); pieces p_begin + lane, + nlanes, ...
- * below p_end; adds to acc[r][c] for c < nb (<= NB). A persistent kernel calls it with
+ * below p_end; adds to acc[r][c] for c < nb (<= NB); acc[r] of r >= nrows gets row
+ * nrows - 1's sums again, for the caller to drop. A persistent kernel calls it with
  * its own lane/piece split and reduces acc itself. (Loading the next piece before
  * computing this one, U = 2, costs most types more warps per SM than the overlap
  * gains; the K types gain: see mv_unroll.) */
@@ -210,8 +209,7 @@ M40_HD void matvec_lane(const uint8_t *w, size_t row_bytes, int nrows, int n_in,
                 M40_UNROLL
                 for (int u = 0; u < U; u++)
                         if (p + u * nlanes < p_end)
-                                mv_piece<T, NB, R>(raw[u], nrows, n_in, p + u * nlanes, x, ldx, nb,
-                                                   acc);
+                                mv_piece<T, NB, R>(raw[u], n_in, p + u * nlanes, x, ldx, nb, acc);
         }
 }
 
