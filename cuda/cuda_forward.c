@@ -542,6 +542,23 @@ static int mm_add(struct m40_cuda_fwd *f, const struct m40_cuda_matrix *w, const
         return r ? r : m40_cuda_add(f->x, f->tmp, f->ld_dim, f->m->dim, n, f->stream);
 }
 
+/* ffn_in - f->gate = silu(xn Wg) * (xn Wu) for xn = rmsnorm(f->x) * ffn_norm (f->up:
+ * scratch): small steps in one launch that reads each gate row with its up row and
+ * applies the norm's scales and the SwiGLU to the two sums (matvec.h), others through
+ * mm3_norm() and the SwiGLU kernel. */
+static int ffn_in(struct m40_cuda_fwd *f, const struct dlayer *l, uint32_t T)
+{
+        int r;
+
+        if (fused(T) && l->gate.type == l->up.type && l->gate.n_in == l->up.n_in &&
+            l->gate.row_bytes == l->up.row_bytes)
+                return m40_cuda_matmul_swiglu_rms(&l->gate, &l->up, f->xn, f->ld_dim, &f->rms,
+                                                  f->gate, f->up, f->ld_ff, T, f->stream);
+        r = mm3_norm(f, (const struct m40_cuda_matrix[]){l->gate, l->up}, 2, l->ffn_norm,
+                     (float *const[]){f->gate, f->up}, (const size_t[]){f->ld_ff, f->ld_ff}, T);
+        return r ? r : m40_cuda_swiglu(f->gate, f->up, f->ld_ff, f->m->n_ff, T, f->stream);
+}
+
 /* layer - layer l (next: the one after it, or NULL for the last) for a step of T tokens. */
 static int layer(struct m40_cuda_fwd *f, const struct dlayer *l, const struct dlayer *next,
                  const struct m40_cuda_kv *kv, uint32_t T, uint32_t max_pos)
@@ -567,10 +584,7 @@ static int layer(struct m40_cuda_fwd *f, const struct dlayer *l, const struct dl
               : m40_cuda_attention(kv, f->q, f->ld_q, f->att, f->ld_q, m->n_heads, m->n_kv_heads,
                                    m->head_dim, scale, T, max_pos, f->attn_ws, f->attn_ws_bytes, s);
         r = r ? r : mm_add(f, &l->wo, f->att, f->ld_q, T, l->ffn_norm);
-        r = r ? r
-              : mm3_norm(f, (const struct m40_cuda_matrix[]){l->gate, l->up}, 2, l->ffn_norm,
-                         (float *const[]){f->gate, f->up}, (const size_t[]){f->ld_ff, f->ld_ff}, T);
-        r = r ? r : m40_cuda_swiglu(f->gate, f->up, f->ld_ff, m->n_ff, T, s);
+        r = r ? r : ffn_in(f, l, T);
         r = r ? r : mm_add(f, &l->down, f->gate, f->ld_ff, T, next ? next->attn_norm : NULL);
         return r;
 }

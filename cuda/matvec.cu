@@ -9,6 +9,7 @@
 
 #include "m40/error.h"
 #include "cuda/matvec.cuh"
+#include "cuda/ops.h"
 
 /* Block layout: elements, bytes, and the row alignment consecutive rows keep. */
 struct layout {
@@ -234,6 +235,63 @@ extern "C" int m40_cuda_matmul_n_rms(const struct m40_cuda_matrix *w, uint32_t n
         a[0].rms.eps = rms->eps;
         a[0].rms_mode = 1;
         return launch(a, (int)n, w[0].type, 0, stream);
+}
+
+/* k_matvec's rows per warp for type at batch nb (matvec.cuh's mv_rows); 0 for a type
+ * it does not take. */
+static int rows_of(uint32_t type, uint32_t nb)
+{
+        switch (type) {
+#define ROWS(T)                                                                                    \
+        case T:                                                                                    \
+                return mv_rows_of<T>((int)nb);
+                ROWS(M40_GGML_F32)
+                ROWS(M40_GGML_F16)
+                ROWS(M40_GGML_BF16)
+                ROWS(M40_GGML_Q8_0)
+                ROWS(M40_GGML_Q4_0)
+                ROWS(M40_GGML_Q4_1)
+                ROWS(M40_GGML_Q5_0)
+                ROWS(M40_GGML_Q5_1)
+                ROWS(M40_GGML_Q4_K)
+                ROWS(M40_GGML_Q5_K)
+                ROWS(M40_GGML_Q6_K)
+#undef ROWS
+        default:
+                return 0;
+        }
+}
+
+extern "C" int m40_cuda_matmul_swiglu_rms(const struct m40_cuda_matrix *gate,
+                                          const struct m40_cuda_matrix *up, const float *xg,
+                                          size_t ldx, const struct m40_cuda_rms *rms, float *y,
+                                          float *y_up, size_t ldy, uint32_t batch,
+                                          struct CUstream_st *stream)
+{
+        struct m40_cuda_matrix w[2];
+        float *const ys[2] = {y, y_up};
+        const size_t lds[2] = {ldy, ldy};
+        struct mv_args a[MV_MAX_MATS];
+        int r;
+
+        if (!gate || !up || gate->n_out != up->n_out)
+                return -EINVAL;
+        w[0] = *gate;
+        w[1] = *up;
+        r = rms && rms->partial && rms->count && rms->eps >= 0.0f
+                    ? check_n(w, 2, xg, ldx, ys, lds, batch, M40_CUDA_MATVEC_MAX_BATCH, a)
+                    : -EINVAL;
+        if (r < 0)
+                return r;
+        if (rows_of(gate->type, batch) < 2) {
+                r = m40_cuda_matmul_n_rms(w, 2, xg, ldx, rms, ys, lds, batch, stream);
+                return r ? r : m40_cuda_swiglu(y, y_up, ldy, gate->n_out, batch, stream);
+        }
+        a[0].rms.ss_part = rms->partial;
+        a[0].rms.ss_count = rms->count;
+        a[0].rms.eps = rms->eps;
+        a[0].rms_mode = 3;
+        return launch(a, 2, w[0].type, 0, stream);
 }
 
 extern "C" int m40_cuda_matvec_add_rms(const struct m40_cuda_matrix *w, const float *x, size_t ldx,

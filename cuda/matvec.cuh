@@ -30,6 +30,10 @@
 #ifndef M40_CUDA_MATVEC_CUH
 #define M40_CUDA_MATVEC_CUH
 
+#include <errno.h>
+#include <stddef.h>
+#include <stdint.h>
+
 #include <cuda_runtime.h>
 
 #include "cuda/launch.h"
@@ -79,7 +83,7 @@ struct mv_args {
         bool vec;          /* rows and x are 16-byte aligned (float types: whole-piece loads) */
         bool add;          /* k_matvec: y += x W^T (all matrices of the call) */
         struct mv_rms rms; /* k_matvec: the fused RMSNorm */
-        int rms_mode;      /* 0 none, 1 consumer, 2 producer (k_matvec's MODE) */
+        int rms_mode;      /* 0 none, 1 consumer, 2 producer, 3 consumer + SwiGLU (MODE) */
 };
 
 /* k_matvec's matrices: 1 to MV_MAX_MATS weight matrices of one type, n_in and row_bytes
@@ -93,6 +97,7 @@ struct mv_mats {
         int n_out[MV_MAX_MATS], ldy[MV_MAX_MATS], g_end[MV_MAX_MATS];
         int add; /* y += result (a residual connection) instead of y = result */
         struct mv_rms rms;
+        ptrdiff_t hoff; /* MODE 3: up's rows minus gate's (bytes) */
 };
 static_assert(MV_MAX_MATS == M40_CUDA_MATMUL_MAX_MATS && MV_MAX_MATS == 3,
               "k_matvec selects among 3 matrices");
@@ -113,14 +118,20 @@ template <bool TAIL> M40_HD void load_x4(const float *x, int off, int n_in, floa
 /* The R rows' raw bytes of piece p. Rows at or past nrows (1 <= nrows <= R) are not
  * read: their slots get row nrows - 1 again, so that the loads and the arithmetic have
  * no branch per row (their sums are never written). */
-template <int T, int R, bool VEC>
+template <int T, int R, bool VEC, bool PAIR>
 M40_HD void mv_load(typename qt<T>::raw raw[R], const uint8_t *w, size_t row_bytes, int nrows,
-                    int n_in, int p)
+                    ptrdiff_t hoff, int n_in, int p)
 {
+        enum { H = PAIR ? R / 2 : R };
+
         M40_UNROLL
-        for (int r = 0; r < R; r++)
-                qt<T>::template load<VEC>(raw[r], w + (r < nrows ? r : nrows - 1) * row_bytes, p,
-                                          n_in);
+        for (int r = 0; r < R; r++) {
+                const int i = r % H;
+
+                qt<T>::template load<VEC>(
+                        raw[r], w + (r >= H ? hoff : 0) + (i < nrows ? i : nrows - 1) * row_bytes,
+                        p, n_in);
+        }
 }
 
 /* Piece p of R rows (already loaded) times NB columns, added to acc. Per scale group
@@ -189,23 +200,26 @@ M40_HD void mv_piece(const typename qt<T>::raw raw[R], int n_in, int p, const fl
 /* matvec_lane - the inner loop: one lane's share of R rows times NB columns.
  * Rows w + r * row_bytes for r < nrows (<= R); pieces p_begin + lane, + nlanes, ...
  * below p_end; adds to acc[r][c] for c < nb (<= NB); acc[r] of r >= nrows gets row
- * nrows - 1's sums again, for the caller to drop. A persistent kernel calls it with
+ * nrows - 1's sums again, for the caller to drop. PAIR: two halves of R / 2 rows, the
+ * second hoff bytes after the first (gate and up rows of the same index), nrows (<= R /
+ * 2) counting the rows of a half. A persistent kernel calls it with
  * its own lane/piece split and reduces acc itself. (Loading the next piece before
  * computing this one, U = 2, costs most types more warps per SM than the overlap
  * gains; the K types gain: see mv_unroll.) */
-template <int T, int NB, int R, bool VEC, int U = 1>
+template <int T, int NB, int R, bool VEC, int U = 1, bool PAIR = false>
 M40_HD void matvec_lane(const uint8_t *w, size_t row_bytes, int nrows, int n_in, int p_begin,
                         int p_end, int lane, int nlanes, const float *x, int ldx, int nb,
-                        float acc[R][NB])
+                        float acc[R][NB], ptrdiff_t hoff = 0)
 {
+        static_assert(!PAIR || R % 2 == 0, "paired rows come in two halves");
         for (int p = p_begin + lane; p < p_end; p += U * nlanes) {
                 typename qt<T>::raw raw[U][R];
 
                 M40_UNROLL
                 for (int u = 0; u < U; u++)
                         if (p + u * nlanes < p_end)
-                                mv_load<T, R, VEC>(raw[u], w, row_bytes, nrows, n_in,
-                                                   p + u * nlanes);
+                                mv_load<T, R, VEC, PAIR>(raw[u], w, row_bytes, nrows, hoff, n_in,
+                                                         p + u * nlanes);
                 M40_UNROLL
                 for (int u = 0; u < U; u++)
                         if (p + u * nlanes < p_end)
@@ -291,8 +305,11 @@ template <int T, int NB> struct mv_unroll {
 };
 
 /* MODE: 0 the plain product, 1 the fused RMSNorm's consumer, 2 its producer (struct
- * mv_rms); the plain kernel has none of their code (compiled into every launch, it cost
- * the quantized kernels 10-20% of their bandwidth on an H100). */
+ * mv_rms), 3 the consumer of gate and up at once: each warp's R rows are R / 2 rows of
+ * gate and the same rows of up (mv_mats.hoff bytes after), and the output is ops.h's
+ * silu(gate) * up of the two scaled sums, bit for bit the unfused consumer followed by
+ * ops.h's swiglu. The plain kernel has none of their code (compiled into every launch,
+ * it cost the quantized kernels 10-20% of their bandwidth on an H100). */
 template <int T, int NB, int R, bool VEC, int MODE, int U>
 static __global__ void __launch_bounds__(MV_THREADS, 2)
         k_matvec(const struct mv_mats mm, size_t row_bytes, int n_in, const float *__restrict__ x,
@@ -307,12 +324,13 @@ static __global__ void __launch_bounds__(MV_THREADS, 2)
          * parameter space */
         const int m = g < mm.g_end[0] ? 0 : g < mm.g_end[1] ? 1 : 2;
         const int g0 = m == 0 ? 0 : m == 1 ? mm.g_end[0] : mm.g_end[1];
-        const int row0 = (g - g0) * R;
+        enum { HR = MODE == 3 ? R / 2 : R }; /* rows of a group (MODE 3: and as many of up) */
+        const int row0 = (g - g0) * HR;
         const int n_out = g >= mm.g_end[2] ? 0
                           : m == 0         ? mm.n_out[0]
                           : m == 1         ? mm.n_out[1]
                                            : mm.n_out[2];
-        const int nrows = n_out - row0 < R ? n_out - row0 : R;
+        const int nrows = n_out - row0 < HR ? n_out - row0 : HR;
         const uint8_t *__restrict__ w = m == 0 ? mm.w[0] : m == 1 ? mm.w[1] : mm.w[2];
         float *__restrict__ y = m == 0 ? mm.y[0] : m == 1 ? mm.y[1] : mm.y[2];
         const int ldy = m == 0 ? mm.ldy[0] : m == 1 ? mm.ldy[1] : mm.ldy[2];
@@ -327,8 +345,9 @@ static __global__ void __launch_bounds__(MV_THREADS, 2)
                 for (int c = 0; c < NB; c++)
                         acc[r][c] = 0.0f;
         if (nrows > 0)
-                matvec_lane<T, NB, R, VEC, U>(w + (size_t)row0 * row_bytes, row_bytes, nrows, n_in,
-                                              p0, p1 < np ? p1 : np, lane, 32, x, ldx, nb, acc);
+                matvec_lane<T, NB, R, VEC, U, MODE == 3>(w + (size_t)row0 * row_bytes, row_bytes,
+                                                         nrows, n_in, p0, p1 < np ? p1 : np, lane,
+                                                         32, x, ldx, nb, acc, mm.hoff);
         warp_sum<R * NB>(&acc[0][0]);
 
         if (MODE == 0) {
@@ -364,39 +383,50 @@ static __global__ void __launch_bounds__(MV_THREADS, 2)
                 return;
         }
 
-        /* the lane that writes output (r, c) = (lane / NB, lane % NB): its sum */
+        /* the lane that writes output (r, c) = (lane / NB, lane % NB): its sum (MODE 3:
+         * and up's, vu) */
         __shared__ float scl[MV_NB_MAX];
         const int wr = lane / NB, wc = lane % NB;
         bool mine = false;
-        float v = 0.0f;
+        float v = 0.0f, vu = 0.0f;
 
         if (split_log2 == 0) { /* the same for the whole grid: no barrier below is skipped */
 #pragma unroll
-                for (int r = 0; r < R; r++)
+                for (int r = 0; r < HR; r++)
 #pragma unroll
                         for (int c = 0; c < NB; c++)
-                                if (lane == r * NB + c)
+                                if (lane == r * NB + c) {
                                         v = acc[r][c];
-                mine = lane < R * NB && wr < nrows && wc < nb;
+                                        if (MODE == 3)
+                                                vu = acc[r + HR][c];
+                                }
+                mine = lane < HR * NB && wr < nrows && wc < nb;
         } else {
                 if (lane == 0)
 #pragma unroll
                         for (int i = 0; i < R * NB; i++)
                                 part[warp][i] = (&acc[0][0])[i];
                 __syncthreads();
-                if (split == 0 && lane < R * NB && wr < nrows && wc < nb) {
-                        for (int k = 0; k < (1 << split_log2); k++)
+                if (split == 0 && lane < HR * NB && wr < nrows && wc < nb) {
+                        for (int k = 0; k < (1 << split_log2); k++) {
                                 v += part[warp + k][lane];
+                                if (MODE == 3)
+                                        vu += part[warp + k][lane + HR * NB];
+                        }
                         mine = true;
                 }
         }
-        if (MODE == 1)
+        if (MODE == 1 || MODE == 3)
                 rms_scale<NB>(mm.rms, nb, n_in, scl);
         if (mine) {
                 float *yo = y + (size_t)wc * ldy + row0 + wr;
 
-                if (MODE == 1)
+                if (MODE == 1 || MODE == 3)
                         v *= scl[wc];
+                if (MODE == 3) { /* ops.h's swiglu of the two scaled sums */
+                        vu *= scl[wc];
+                        v = v / (1.0f + expf(-v)) * vu;
+                }
                 v = mm.add ? *yo + v : v;
                 *yo = v;
                 if (MODE == 2 && mm.rms.g)
@@ -501,19 +531,41 @@ static inline int mv_split_log2(int groups, int sms, int wps)
         return s;
 }
 
+/* MODE 3 (rows in gate/up pairs) needs at least 2 rows per warp; matvec.cu does not ask
+ * for it otherwise (mv_rows_of()). */
+template <int T, int NB, int R, bool VEC, int U> struct mv_swiglu {
+        static int launch(const struct mv_mats &mm, const struct mv_args *a, unsigned blocks,
+                          int sl, cudaStream_t stream)
+        {
+                k_matvec<T, NB, R, VEC, 3, U><<<blocks, MV_THREADS, 0, stream>>>(
+                        mm, a->row_bytes, a->n_in, a->x, a->ldx, a->nb, sl);
+                return m40_cuda_launch_status("k_matvec");
+        }
+};
+template <int T, int NB, bool VEC, int U> struct mv_swiglu<T, NB, 1, VEC, U> {
+        static int launch(const struct mv_mats &, const struct mv_args *, unsigned, int,
+                          cudaStream_t)
+        {
+                return -ENOTSUP;
+        }
+};
+
 /* k_matvec over the n (1..MV_MAX_MATS) matrices of a[] (same type, n_in, row_bytes, x,
- * batch). */
+ * batch); rms_mode 3: a[0] gate and a[1] up into a[0]'s output. */
 template <int T, int NB, int R, bool VEC>
 static int launch_mv(const struct mv_args *a, int n, int sms, cudaStream_t stream)
 {
         struct mv_mats mm;
         int groups = 0;
 
-        for (int i = 0; i < MV_MAX_MATS; i++) {
-                const struct mv_args *b = &a[i < n ? i : n - 1];
+        /* MODE 3: a[0] gate, a[1] up, one output: groups of R / 2 rows of each */
+        const int nm = a->rms_mode == 3 ? 1 : n, hr = a->rms_mode == 3 ? R / 2 : R;
 
-                if (i < n)
-                        groups += (b->n_out + R - 1) / R;
+        for (int i = 0; i < MV_MAX_MATS; i++) {
+                const struct mv_args *b = &a[i < nm ? i : nm - 1];
+
+                if (i < nm)
+                        groups += (b->n_out + hr - 1) / hr;
                 mm.w[i] = b->w;
                 mm.y[i] = b->y;
                 mm.n_out[i] = b->n_out;
@@ -522,12 +574,15 @@ static int launch_mv(const struct mv_args *a, int n, int sms, cudaStream_t strea
         }
         mm.add = a->add;
         mm.rms = a->rms;
+        mm.hoff = a->rms_mode == 3 ? (ptrdiff_t)((uintptr_t)a[1].w - (uintptr_t)a[0].w) : 0;
         const int sl = mv_split_log2(groups, sms, qt<T>::EPP == 32 ? 16 : 32);
         const long items = (long)groups << sl;
         const unsigned blocks = (unsigned)((items + MV_WARPS - 1) / MV_WARPS);
 
         enum { U = mv_unroll<T, NB>::U };
 
+        if (a->rms_mode == 3)
+                return mv_swiglu<T, NB, R, VEC, U>::launch(mm, a, blocks, sl, stream);
         if (a->rms_mode == 1)
                 k_matvec<T, NB, R, VEC, 1, U><<<blocks, MV_THREADS, 0, stream>>>(
                         mm, a->row_bytes, a->n_in, a->x, a->ldx, a->nb, sl);
@@ -550,6 +605,15 @@ template <int T, int NB> struct mv_rows {
                               : (WORDS <= 4 ? 2 : 1)
         };
 };
+
+/* The rows per warp k_matvec takes for type T at batch nb (1..8). */
+template <int T> static inline int mv_rows_of(int nb)
+{
+        const int r1 = mv_rows<T, 1>::R, r2 = mv_rows<T, 2>::R, r4 = mv_rows<T, 4>::R,
+                  r8 = mv_rows<T, 8>::R;
+
+        return nb == 1 ? r1 : nb == 2 ? r2 : nb <= 4 ? r4 : r8;
+}
 
 template <int T, bool VEC>
 static int launch_matvec_t(const struct mv_args *a, int n, int sms, cudaStream_t stream)

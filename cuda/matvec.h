@@ -121,6 +121,19 @@ int m40_cuda_matmul_n_rms(const struct m40_cuda_matrix *w, uint32_t n, const flo
                           const struct m40_cuda_rms *rms, float *const *y, const size_t *ldy,
                           uint32_t batch, struct CUstream_st *stream);
 
+/* m40_cuda_matmul_swiglu_rms - the feed-forward's first half from the fused RMSNorm's
+ * xg and partials (as m40_cuda_matmul_n_rms()): y[c][i] = silu(g) * u with g and u the
+ * normalized x[c] times row i of gate and of up (same type, n_in, row_bytes, n_out),
+ * batch 1..M40_CUDA_MATVEC_MAX_BATCH, bit for bit m40_cuda_matmul_n_rms() of both
+ * followed by ops.h's m40_cuda_swiglu(). One launch that reads each gate row with its up
+ * row, where the kernel's rows per warp allow (2 or more at this type and batch);
+ * otherwise exactly those two calls, with y_up (also ldy apart) as the second output:
+ * y_up is scratch either way. Outputs must not overlap each other or xg. */
+int m40_cuda_matmul_swiglu_rms(const struct m40_cuda_matrix *gate, const struct m40_cuda_matrix *up,
+                               const float *xg, size_t ldx, const struct m40_cuda_rms *rms,
+                               float *y, float *y_up, size_t ldy, uint32_t batch,
+                               struct CUstream_st *stream);
+
 /* m40_cuda_relayout - rewrite w's rows, as loaded from the GGUF file, into the device
  * layout the kernels here read (quant.cuh: the fields of each block type whose blocks
  * are not 16-byte multiples, one after another in every row; other types are left as

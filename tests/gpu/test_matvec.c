@@ -8,7 +8,8 @@
  * m40_cuda_matvec_add on random prior y, and the fused RMSNorm: m40_cuda_matmul_n_rms
  * of x * g and partial sums of squares against x normalized in double,
  * m40_cuda_matvec_add_rms's y * g (exact) and partials against the sum of squares of
- * the y it wrote), every output element equals the reference
+ * the y it wrote; m40_cuda_matmul_swiglu_rms against silu(g) u of the normalized x's
+ * products in double), every output element equals the reference
  * within the type's bound (both tile sizes of the tiled kernel: a tall matrix makes it
  * take the large one), and no element outside the output is written (y is poisoned
  * with NaN first, guard columns and a guard row stay poisoned). Also the argument
@@ -63,9 +64,9 @@ static const struct tcase types[MAX_TYPES] = {
         {M40_GGML_Q4_K, 1e-5}, {M40_GGML_Q5_K, 1e-5}, {M40_GGML_Q6_K, 1e-5},
 };
 
-enum { K_MATVEC, K_TILED, K_AUTO, K_MULTI, K_ADD, K_NORM, K_ADDNORM, K_COUNT };
-static const char *const kname[K_COUNT] = {"matvec", "tiled",  "auto",   "multi",
-                                           "add",    "rms-in", "rms-out"};
+enum { K_MATVEC, K_TILED, K_AUTO, K_MULTI, K_ADD, K_NORM, K_ADDNORM, K_SWIGLU, K_COUNT };
+static const char *const kname[K_COUNT] = {"matvec", "tiled",  "auto",    "multi",
+                                           "add",    "rms-in", "rms-out", "swiglu"};
 #define RMS_EPS   1e-5f
 
 /* The fused RMSNorm's producer (K_ADDNORM): the worst relative error of the sum of its
@@ -76,6 +77,54 @@ static double worst_scale;
 /* The worst error seen per type and kernel, and how many outputs were checked. */
 static double worst[MAX_TYPES][K_COUNT];
 static uint64_t checked[MAX_TYPES][K_COUNT];
+
+/* K_SWIGLU: y[c][o] (ldy apart, guard columns and a guard row poisoned) against silu(g) u,
+ * g and u rows o of ms[0] (gate) and ms[1] (up) dotted with x[c] in double. Error measure:
+ * |y - ref| over what the sums' errors can move it by (|silu'(g)| <= 1.1 times |u| sum|w
+ * x| of gate, plus |silu(g)| sum|w x| of up) plus |ref| (the FP32 expf, divide and
+ * products); bound yc->bound. */
+static void check_swiglu(const struct mat *ms, const struct ycheck *yc, uint32_t n, const float *x,
+                         size_t ldx, const float *y, size_t ldy)
+{
+        const struct mat *m = &ms[0];
+        double maxe = 0.0;
+        int bad = 0;
+
+        for (uint32_t c = 0; c <= n && bad < 3; c++)
+                for (size_t o = 0; o < ldy && bad < 3; o++) {
+                        const float got = y[c * ldy + o];
+                        double g, u, mg, mu, sl, ref, e;
+
+                        if (c == n || o >= m->n_out) {
+                                if (!is_poison(got)) {
+                                        fail("swiglu %s %ux%u batch %u: wrote outside y at "
+                                             "column %u row %zu",
+                                             m40_ggml_type_name(m->type), m->n_out, m->n_in, n, c,
+                                             o);
+                                        bad++;
+                                }
+                                continue;
+                        }
+                        g = mat_dot(&ms[0], o, x + c * ldx, &mg);
+                        u = mat_dot(&ms[1], o, x + c * ldx, &mu);
+                        sl = g / (1.0 + exp(-g));
+                        ref = sl * u;
+                        e = fabs((double)got - ref) /
+                            (1.1 * fabs(u) * mg + fabs(sl) * mu + fabs(ref));
+                        if (!isfinite(got) || !(e <= yc->bound)) {
+                                fail("swiglu %s %ux%u batch %u: y[%u][%zu] = %.9g, reference "
+                                     "%.9g (error %.3g, bound %.1g)",
+                                     m40_ggml_type_name(m->type), m->n_out, m->n_in, n, c, o, got,
+                                     ref, e, yc->bound);
+                                bad++;
+                        }
+                        if (e > maxe)
+                                maxe = e;
+                        (*yc->checked)++;
+                }
+        if (maxe > *yc->worst)
+                *yc->worst = maxe;
+}
 
 /* Run kernel `k` on the n matrices ms (n > 1: K_MULTI, one m40_cuda_matmul_n call; all
  * of one type and n_in) for batch columns and check every output and guard. */
@@ -116,8 +165,8 @@ static void run_case_n(const struct mat *ms, uint32_t n, int ti, int k, uint32_t
         }
         for (uint32_t i = 0; i < n; i++) {
                 w[i] = mat_view(&ms[i]);
-                ldy[i] = (size_t)ms[i].n_out + 3 + i; /* guard columns per row */
-                ny[i] = ldy[i] * (batch + 1);         /* and a guard row */
+                ldy[i] = (size_t)ms[i].n_out + 3 + (k == K_SWIGLU ? 0 : i); /* guard columns */
+                ny[i] = ldy[i] * (batch + 1);                               /* and a guard row */
                 ys[i] = malloc(sizeof(float) * ny[i]);
                 if (!ys[i] || cudaMalloc((void **)&dys[i], sizeof(float) * ny[i]) != cudaSuccess ||
                     cudaMemset(dys[i], 0xff, sizeof(float) * ny[i]) != cudaSuccess) {
@@ -125,11 +174,11 @@ static void run_case_n(const struct mat *ms, uint32_t n, int ti, int k, uint32_t
                         goto out;
                 }
         }
-        if (k == K_NORM || k == K_ADDNORM) {
+        if (k == K_NORM || k == K_ADDNORM || k == K_SWIGLU) {
                 const size_t pb =
                         M40_CUDA_RMS_PARTIAL_BYTES(m->n_out > RMS_PARTS ? m->n_out : RMS_PARTS);
 
-                const uint32_t ng = k == K_NORM ? m->n_in : m->n_out;
+                const uint32_t ng = k == K_ADDNORM ? m->n_out : m->n_in;
 
                 g = malloc(sizeof(float) * ng);
                 xn = malloc(sizeof(float) * ldx * batch);
@@ -151,7 +200,7 @@ static void run_case_n(const struct mat *ms, uint32_t n, int ti, int k, uint32_t
                         for (uint32_t i = 0; i < m->n_in; i++)
                                 ss += (double)x[c * ldx + i] * x[c * ldx + i];
                         scale[c] = 1.0 / sqrt(ss / m->n_in + RMS_EPS);
-                        for (uint32_t i = 0; i < m->n_in && k == K_NORM; i++) {
+                        for (uint32_t i = 0; i < m->n_in && k != K_ADDNORM; i++) {
                                 xn[c * ldx + i] = (float)((double)x[c * ldx + i] * g[i] * scale[c]);
                                 xg[c * ldx + i] = x[c * ldx + i] * g[i];
                         }
@@ -170,12 +219,13 @@ static void run_case_n(const struct mat *ms, uint32_t n, int ti, int k, uint32_t
                                         parts[b][c] = (float)pd[b][c];
                         if (cudaMemcpy(dg, g, sizeof(float) * ng, cudaMemcpyHostToDevice) !=
                                     cudaSuccess ||
-                            (k == K_NORM && (cudaMemcpy(dxg, xg, sizeof(float) * ldx * batch,
-                                                        cudaMemcpyHostToDevice) != cudaSuccess ||
-                                             cudaMemcpy(dpart, parts, sizeof(parts),
-                                                        cudaMemcpyHostToDevice) != cudaSuccess ||
-                                             cudaMemcpy(dcount, &np, sizeof(np),
-                                                        cudaMemcpyHostToDevice) != cudaSuccess))) {
+                            (k != K_ADDNORM &&
+                             (cudaMemcpy(dxg, xg, sizeof(float) * ldx * batch,
+                                         cudaMemcpyHostToDevice) != cudaSuccess ||
+                              cudaMemcpy(dpart, parts, sizeof(parts), cudaMemcpyHostToDevice) !=
+                                      cudaSuccess ||
+                              cudaMemcpy(dcount, &np, sizeof(np), cudaMemcpyHostToDevice) !=
+                                      cudaSuccess))) {
                                 fail("norm upload");
                                 goto out;
                         }
@@ -205,7 +255,7 @@ static void run_case_n(const struct mat *ms, uint32_t n, int ti, int k, uint32_t
                 r = m40_cuda_matmul(&w[0], dx, ldx, dys[0], ldy[0], batch, NULL);
         else if (k == K_ADD)
                 r = m40_cuda_matvec_add(&w[0], dx, ldx, dys[0], ldy[0], batch, NULL);
-        else if (k == K_NORM || k == K_ADDNORM) {
+        else if (k == K_NORM || k == K_ADDNORM || k == K_SWIGLU) {
                 const struct m40_cuda_rms ro = {
                         dg,
                         dxg,
@@ -216,8 +266,11 @@ static void run_case_n(const struct mat *ms, uint32_t n, int ti, int k, uint32_t
                         RMS_EPS};
 
                 r = k == K_NORM ? m40_cuda_matmul_n_rms(w, n, dxg, ldx, &ro, dys, ldy, batch, NULL)
-                                : m40_cuda_matvec_add_rms(&w[0], dx, ldx, dys[0], ldy[0], batch,
-                                                          &ro, NULL);
+                    : k == K_SWIGLU
+                            ? m40_cuda_matmul_swiglu_rms(&w[0], &w[1], dxg, ldx, &ro, dys[0],
+                                                         dys[1], ldy[0], batch, NULL)
+                            : m40_cuda_matvec_add_rms(&w[0], dx, ldx, dys[0], ldy[0], batch, &ro,
+                                                      NULL);
         } else
                 r = m40_cuda_matmul_n(w, n, dx, ldx, dys, ldy, batch, NULL);
         if (r < 0) {
@@ -232,6 +285,10 @@ static void run_case_n(const struct mat *ms, uint32_t n, int ti, int k, uint32_t
                         fail("%s %s: kernel failed: %s", kname[k], m40_ggml_type_name(m->type),
                              cudaGetErrorString(cudaGetLastError()));
                         goto out;
+                }
+                if (k == K_SWIGLU) { /* y = silu(g) u; the second output is scratch */
+                        check_swiglu(ms, &yc, batch, xn, ldx, ys[0], ldy[0]);
+                        break;
                 }
                 mat_check_y(&ms[i], &yc, batch, k == K_NORM ? xn : x, ldx, ys[i], y0, ldy[i]);
         }
@@ -325,6 +382,37 @@ static void run_multi(int ti, int quick)
                         if (batches[i] <= M40_CUDA_MATVEC_MAX_BATCH)
                                 run_case_n(ms, i % 2 ? 2 : 3, ti, K_NORM, batches[i]);
                 }
+out:
+        while (made > 0)
+                mat_free(&ms[--made]);
+}
+
+/* The fused gate/up + SwiGLU (K_SWIGLU): gate and up of 101 rows (not a multiple of a
+ * warp's row pairs) through every batch width, and, unless quick, 9001 rows, enough row
+ * groups that no warp splits a row (the other path of the kernel's epilogue). */
+static void run_swiglu(int ti, int quick)
+{
+        static const uint32_t batches[] = {1, 2, 3, 5, 8};
+        const uint32_t bs = m40_ggml_type_info(types[ti].type)->block_size;
+        const uint32_t n_in = bs == 256 ? 512 : bs == 32 ? 576 : 1003;
+        struct mat ms[2];
+        uint32_t made = 0;
+
+        for (; made < 2; made++)
+                if (mat_make(&ms[made], types[ti].type, n_in, 101) < 0)
+                        goto out;
+        for (size_t i = 0; i < sizeof(batches) / sizeof(batches[0]); i++)
+                if (!quick || i % 2 == 0)
+                        run_case_n(ms, 2, ti, K_SWIGLU, batches[i]);
+        while (made > 0)
+                mat_free(&ms[--made]);
+        if (quick)
+                return;
+        for (; made < 2; made++)
+                if (mat_make(&ms[made], types[ti].type, bs == 256 ? 256 : 64, 9001) < 0)
+                        goto out;
+        run_case_n(ms, 2, ti, K_SWIGLU, 1);
+        run_case_n(ms, 2, ti, K_SWIGLU, 2);
 out:
         while (made > 0)
                 mat_free(&ms[--made]);
@@ -511,6 +599,7 @@ int main(void)
                         continue;
                 run_type(ti, quick);
                 run_multi(ti, quick);
+                run_swiglu(ti, quick);
                 if (quick < 2)
                         run_tall(ti);
                 if (!quick)
