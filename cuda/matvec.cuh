@@ -521,12 +521,15 @@ static __global__ void __launch_bounds__(MM_THREADS)
 /* Warps per row group for k_matvec (log2): split rows over warps until the grid has
  * about wps warps per SM. More, shorter warps fill the last waves of mid-sized matrices
  * better (H100, batch 1, 4096x14336: F16 0.81 -> 0.89 of copy bandwidth at 32, Q8_0
- * 0.55 -> 0.65); the K types, whose pieces are 4x longer, measured best at 16. */
-static inline int mv_split_log2(int groups, int sms, int wps)
+ * 0.55 -> 0.65); the K types, whose pieces are 4x longer, measured best at 16. But no
+ * warp gets less than a full step of 32 pieces (steps: a row's steps): short rows
+ * (d 576: 3 steps of 16-element pieces) split 8 ways left most warps without a piece,
+ * and the grid bigger than one wave. */
+static inline int mv_split_log2(int groups, int sms, int wps, int steps)
 {
         int s = 0;
 
-        while (s < 3 && (long)groups << s < (long)wps * sms)
+        while (s < 3 && 2 << s <= steps && (long)groups << s < (long)wps * sms)
                 s++;
         return s;
 }
@@ -575,7 +578,8 @@ static int launch_mv(const struct mv_args *a, int n, int sms, cudaStream_t strea
         mm.add = a->add;
         mm.rms = a->rms;
         mm.hoff = a->rms_mode == 3 ? (ptrdiff_t)((uintptr_t)a[1].w - (uintptr_t)a[0].w) : 0;
-        const int sl = mv_split_log2(groups, sms, qt<T>::EPP == 32 ? 16 : 32);
+        const int sl = mv_split_log2(groups, sms, qt<T>::EPP == 32 ? 16 : 32,
+                                     (qt<T>::pieces(a->n_in) + 31) / 32);
         const long items = (long)groups << sl;
         const unsigned blocks = (unsigned)((items + MV_WARPS - 1) / MV_WARPS);
 

@@ -394,7 +394,8 @@ static void run_swiglu(int ti, int quick)
 {
         static const uint32_t batches[] = {1, 2, 3, 5, 8};
         const uint32_t bs = m40_ggml_type_info(types[ti].type)->block_size;
-        const uint32_t n_in = bs == 256 ? 512 : bs == 32 ? 576 : 1003;
+        /* rows long enough that warps split them (2 steps of 32 pieces at least) */
+        const uint32_t n_in = bs == 256 ? 2048 : bs == 32 ? 576 : 1003;
         struct mat ms[2];
         uint32_t made = 0;
 
