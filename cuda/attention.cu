@@ -24,7 +24,9 @@
  *                 split writes (m, l, acc) to the workspace, and the last split of (t, x)
  *                 to finish (a counter: atomicAdd after __threadfence) merges them:
  *                 out = sum_s e^(m_s - M) acc_s / sum_s e^(m_s - M) l_s. 128 threads; shared
- *                 memory (hb * (hd + 64)) floats + ~1.7 KB, at most 18 KB (hd 512).
+ *                 memory (hb * (hd + 64)) floats + ~1.7 KB, at most 18 KB (hd 512); for
+ *                 hd <= 128 with 16-byte aligned rows also the tile's V (64 x hd f16,
+ *                 loaded with K's loads in flight: at most 23.7 KB).
  *                 Decode and causal prefill are the same kernel: a prefill token sees
  *                 the K/V its chunk wrote before it.
  * Tolerance against m40_cpu_attention_head() (both read the same f16 K and V, so f16
@@ -262,13 +264,20 @@ __device__ __forceinline__ double warp_sum(double v)
 }
 
 /* VEC 2: K rows read as half2 (head_dim and every offset even), else 1. DPT: output
- * dims per thread, head_dim <= DPT * ATTN_THREADS (the accumulators live in registers). */
-template <int VEC, int DPT>
+ * dims per thread, head_dim <= DPT * ATTN_THREADS (the accumulators live in registers).
+ * VT: the tile's V rows are loaded into shared memory in 16-byte pieces before the
+ * scores are computed, so that their loads are in flight with K's (head_dim <= 128 and
+ * every offset a multiple of 8 elements); else each thread reads its V elements from
+ * global memory after the softmax, 4 positions at a time. */
+#define ATTN_VCH (ATTN_TILE * 128 / 8 / ATTN_THREADS) /* VT: 16-byte pieces per thread, most */
+
+template <int VEC, int DPT, bool VT>
 __global__ void __launch_bounds__(ATTN_THREADS)
         k_attention(struct m40_cuda_kv kv, const float *__restrict__ q, size_t ldq,
                     float *__restrict__ out, size_t ldo, struct attn_plan pl)
 {
-        extern __shared__ float sh[]; /* q (nh, hd), then scores (nh, ATTN_TILE) */
+        /* q (nh, hd), then scores (nh, ATTN_TILE) floats; VT: then V (ATTN_TILE, hd) f16 */
+        extern __shared__ __align__(16) float sh[];
         __shared__ size_t s_off[ATTN_TILE];
         __shared__ float s_m[ATTN_HB], s_a[ATTN_HB], s_inv[ATTN_HB];
         __shared__ double s_l[ATTN_HB];
@@ -287,7 +296,10 @@ __global__ void __launch_bounds__(ATTN_THREADS)
         const __half *kb = (const __half *)kv.base + (size_t)kvh * hd;
         const __half *vb = kb + kv.v_off;
         float *qs = sh, *sc = sh + nh * hd;
+        __half *vs = (__half *)(sh + pl.hb * (hd + ATTN_TILE)); /* VT */
         float acc[ATTN_HB][DPT];
+
+        static_assert(!VT || (DPT == 1 && VEC == 2), "VT: head_dim <= 128, half2 K rows");
 
         if (split >= n_split)
                 return; /* the whole block: no position of this token here */
@@ -318,6 +330,22 @@ __global__ void __launch_bounds__(ATTN_THREADS)
                                         kv.kv_dim;
                 }
                 __syncthreads();
+
+                /* VT: the tile's V rows, loads issued now, stored to shared memory after the
+                 * scores (piece e: row e / cpr, 16 bytes c = e % cpr of it) */
+                const int cpr = hd / 8;
+                uint4 vbuf[VT ? ATTN_VCH : 1];
+
+                if (VT) {
+#pragma unroll
+                        for (int k = 0; k < ATTN_VCH; k++) {
+                                const int e = tid + k * ATTN_THREADS;
+
+                                if (e < n * cpr)
+                                        vbuf[k] = __ldg((const uint4 *)(vb + s_off[e / cpr]) +
+                                                        e % cpr);
+                        }
+                }
 
                 /* scores of the tile: one warp per position, ATTN_PU positions per pass with
                  * their K loads in flight together, K read once for nh heads (each score
@@ -365,6 +393,15 @@ __global__ void __launch_bounds__(ATTN_THREADS)
                                         }
                                 }
                 }
+                if (VT) {
+#pragma unroll
+                        for (int k = 0; k < ATTN_VCH; k++) {
+                                const int e = tid + k * ATTN_THREADS;
+
+                                if (e < n * cpr)
+                                        ((uint4 *)vs)[e] = vbuf[k];
+                        }
+                }
                 __syncthreads();
 
                 /* online softmax: new max, weights e^(s - max), the old sums rescaled */
@@ -411,7 +448,9 @@ __global__ void __launch_bounds__(ATTN_THREADS)
 
 #pragma unroll
                                         for (int u = 0; u < 4; u++)
-                                                v[u] = __half2float(__ldg(vb + s_off[pp + u] + i));
+                                                v[u] = VT ? __half2float(vs[(pp + u) * hd + i])
+                                                          : __half2float(
+                                                                    __ldg(vb + s_off[pp + u] + i));
 #pragma unroll
                                         for (int u = 0; u < 4; u++)
 #pragma unroll
@@ -422,7 +461,9 @@ __global__ void __launch_bounds__(ATTN_THREADS)
                                                                         v[u];
                                 }
                                 for (; pp < n; pp++) {
-                                        const float v = __half2float(__ldg(vb + s_off[pp] + i));
+                                        const float v =
+                                                VT ? __half2float(vs[pp * hd + i])
+                                                   : __half2float(__ldg(vb + s_off[pp] + i));
 
 #pragma unroll
                                         for (int j = 0; j < ATTN_HB; j++)
@@ -511,10 +552,10 @@ static void launch(int vec, dim3 grid, size_t shmem, cudaStream_t stream, const 
                    const float *q, size_t ldq, float *out, size_t ldo, const attn_plan &pl)
 {
         if (vec)
-                k_attention<2, DPT>
+                k_attention<2, DPT, false>
                         <<<grid, ATTN_THREADS, shmem, stream>>>(kv, q, ldq, out, ldo, pl);
         else
-                k_attention<1, DPT>
+                k_attention<1, DPT, false>
                         <<<grid, ATTN_THREADS, shmem, stream>>>(kv, q, ldq, out, ldo, pl);
 }
 
@@ -552,7 +593,18 @@ extern "C" int m40_cuda_attention(const struct m40_cuda_kv *kv, const float *q, 
               kv->v_off % 2 == 0 && (uintptr_t)kv->base % 4 == 0;
         shmem = (size_t)pl.hb * (head_dim + ATTN_TILE) * sizeof(float);
         const dim3 grid(n_kv_heads * pl.nsub, n_tok, pl.n_split);
-        if (head_dim <= ATTN_THREADS)
+        /* V tiles through shared memory (16-byte pieces of every V row) for launches of
+         * few blocks (decode), where a block's load latencies are the time; not for those
+         * of many (prefill), where the shared memory would cost blocks per SM (H100, 512-
+         * token prefill: 8B 84% -> 82% of SGEMM's rate, 1B 68% -> 64%) */
+        const bool vt = vec && head_dim <= 128 && head_dim % 8 == 0 && kv->kv_dim % 8 == 0 &&
+                        kv->page_elems % 8 == 0 && kv->v_off % 8 == 0 &&
+                        (uintptr_t)kv->base % 16 == 0 && (uint64_t)n_tok * grid.x < ATTN_TARGET;
+        if (vt && head_dim <= ATTN_THREADS)
+                k_attention<2, 1, true>
+                        <<<grid, ATTN_THREADS, shmem + (size_t)ATTN_TILE * head_dim * 2, stream>>>(
+                                *kv, q, ldq, out, ldo, pl);
+        else if (head_dim <= ATTN_THREADS)
                 launch<1>(vec, grid, shmem, stream, *kv, q, ldq, out, ldo, pl);
         else if (head_dim <= 2 * ATTN_THREADS)
                 launch<2>(vec, grid, shmem, stream, *kv, q, ldq, out, ldo, pl);
