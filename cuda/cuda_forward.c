@@ -470,6 +470,17 @@ static int mm(struct m40_cuda_fwd *f, const struct m40_cuda_matrix *w, const flo
         return r;
 }
 
+/* same_layout - whether the nw matrices of w share type, n_in and row_bytes (what one
+ * launch over several matrices needs). */
+static bool same_layout(const struct m40_cuda_matrix *w, uint32_t nw)
+{
+        for (uint32_t i = 1; i < nw; i++)
+                if (w[i].type != w[0].type || w[i].n_in != w[0].n_in ||
+                    w[i].row_bytes != w[0].row_bytes)
+                        return false;
+        return true;
+}
+
 /* mm3 - y[i] (n, w[i].n_out) = x (n, n_in) W[i]^T for the nw (2 or 3) matrices of w that
  * multiply the same x (q, k, v; gate, up): one launch of the matrix-vector kernel for all
  * of them when the step is small (batch-1 decode reads q, k and v in one pass: k and v
@@ -478,13 +489,9 @@ static int mm(struct m40_cuda_fwd *f, const struct m40_cuda_matrix *w, const flo
 static int mm3(struct m40_cuda_fwd *f, const struct m40_cuda_matrix *w, uint32_t nw, const float *x,
                size_t ldx, float *const *y, const size_t *ldy, uint32_t n)
 {
-        bool same = n <= M40_CUDA_MATVEC_MAX_BATCH;
         int r = 0;
 
-        for (uint32_t i = 1; i < nw; i++)
-                same = same && w[i].type == w[0].type && w[i].n_in == w[0].n_in &&
-                       w[i].row_bytes == w[0].row_bytes;
-        if (same)
+        if (n <= M40_CUDA_MATVEC_MAX_BATCH && same_layout(w, nw))
                 return m40_cuda_matmul_n(w, nw, x, ldx, y, ldy, n, f->stream);
         for (uint32_t i = 0; i < nw && !r; i++)
                 r = mm(f, &w[i], x, ldx, y[i], ldy[i], n);
@@ -504,7 +511,6 @@ static bool fused(uint32_t n)
 static int mm3_norm(struct m40_cuda_fwd *f, const struct m40_cuda_matrix *w, uint32_t nw,
                     const float *norm_w, float *const *y, const size_t *ldy, uint32_t n)
 {
-        bool same = true;
         int r = 0;
 
         if (!fused(n)) {
@@ -512,10 +518,7 @@ static int mm3_norm(struct m40_cuda_fwd *f, const struct m40_cuda_matrix *w, uin
                                      f->xn, f->ld_dim, f->stream);
                 return r ? r : mm3(f, w, nw, f->xn, f->ld_dim, y, ldy, n);
         }
-        for (uint32_t i = 1; i < nw; i++)
-                same = same && w[i].type == w[0].type && w[i].n_in == w[0].n_in &&
-                       w[i].row_bytes == w[0].row_bytes;
-        if (same)
+        if (same_layout(w, nw))
                 return m40_cuda_matmul_n_rms(w, nw, f->xn, f->ld_dim, &f->rms, y, ldy, n,
                                              f->stream);
         for (uint32_t i = 0; i < nw && !r; i++)
@@ -550,8 +553,7 @@ static int ffn_in(struct m40_cuda_fwd *f, const struct dlayer *l, uint32_t T)
 {
         int r;
 
-        if (fused(T) && l->gate.type == l->up.type && l->gate.n_in == l->up.n_in &&
-            l->gate.row_bytes == l->up.row_bytes)
+        if (fused(T) && same_layout((const struct m40_cuda_matrix[]){l->gate, l->up}, 2))
                 return m40_cuda_matmul_swiglu_rms(&l->gate, &l->up, f->xn, f->ld_dim, &f->rms,
                                                   f->gate, f->up, f->ld_ff, T, f->stream);
         r = mm3_norm(f, (const struct m40_cuda_matrix[]){l->gate, l->up}, 2, l->ffn_norm,
@@ -566,20 +568,28 @@ static int layer(struct m40_cuda_fwd *f, const struct dlayer *l, const struct dl
         const struct m40_model *m = f->m;
         const struct m40_cuda_rope rope = {f->rope_cs, m->rope.n_rot, m->rope.neox};
         const float scale = 1.0f / sqrtf((float)m->head_dim);
+        const struct m40_cuda_matrix qkv[3] = {l->wq, l->wk, l->wv};
+        float *const y[3] = {f->q, f->k, f->v};
+        const size_t ldy[3] = {f->ld_q, f->ld_kv, f->ld_kv};
         cudaStream_t s = f->stream;
         int r;
 
-        r = mm3_norm(f, (const struct m40_cuda_matrix[]){l->wq, l->wk, l->wv}, 3, l->attn_norm,
-                     (float *const[]){f->q, f->k, f->v},
-                     (const size_t[]){f->ld_q, f->ld_kv, f->ld_kv}, T);
-        if (!r && l->bq) {
-                r = m40_cuda_bias(f->q, l->bq, f->ld_q, m->q_dim, T, s);
-                r = r ? r : m40_cuda_bias(f->k, l->bk, f->ld_kv, m->kv_dim, T, s);
-                r = r ? r : m40_cuda_bias(f->v, l->bv, f->ld_kv, m->kv_dim, T, s);
+        /* small steps without q/k/v biases: the products, RoPE and the KV append in one
+         * launch; else the products (and biases), then the RoPE/KV kernel */
+        if (fused(T) && !l->bq && same_layout(qkv, 3)) {
+                r = m40_cuda_matmul_qkv_rope(qkv, f->xn, f->ld_dim, &f->rms, &rope, kv, m->head_dim,
+                                             y, ldy, T, s);
+        } else {
+                r = mm3_norm(f, qkv, 3, l->attn_norm, y, ldy, T);
+                if (!r && l->bq) {
+                        r = m40_cuda_bias(f->q, l->bq, f->ld_q, m->q_dim, T, s);
+                        r = r ? r : m40_cuda_bias(f->k, l->bk, f->ld_kv, m->kv_dim, T, s);
+                        r = r ? r : m40_cuda_bias(f->v, l->bv, f->ld_kv, m->kv_dim, T, s);
+                }
+                r = r ? r
+                      : m40_cuda_rope_store(&rope, kv, f->q, f->ld_q, f->k, f->v, f->ld_kv,
+                                            m->n_heads, m->n_kv_heads, m->head_dim, T, s);
         }
-        r = r ? r
-              : m40_cuda_rope_store(&rope, kv, f->q, f->ld_q, f->k, f->v, f->ld_kv, m->n_heads,
-                                    m->n_kv_heads, m->head_dim, T, s);
         r = r ? r
               : m40_cuda_attention(kv, f->q, f->ld_q, f->att, f->ld_q, m->n_heads, m->n_kv_heads,
                                    m->head_dim, scale, T, max_pos, f->attn_ws, f->attn_ws_bytes, s);

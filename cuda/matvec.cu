@@ -102,6 +102,7 @@ static int check(const struct m40_cuda_matrix *w, const float *x, size_t ldx, fl
         a->vec = w->row_bytes % 16 == 0;
         a->add = false;
         a->rms = mv_rms();
+        a->rope = mv_rope();
         a->rms_mode = 0;
         return 0;
 }
@@ -324,4 +325,43 @@ extern "C" int m40_cuda_matvec_add_rms(const struct m40_cuda_matrix *w, const fl
         a.rms.ss_count = rms->count;
         a.rms_mode = 2;
         return launch(&a, 1, w->type, 0, stream);
+}
+
+extern "C" int m40_cuda_matmul_qkv_rope(const struct m40_cuda_matrix *w, const float *xg,
+                                        size_t ldx, const struct m40_cuda_rms *rms,
+                                        const struct m40_cuda_rope *rope,
+                                        const struct m40_cuda_kv *kv, uint32_t head_dim,
+                                        float *const *y, const size_t *ldy, uint32_t batch,
+                                        struct CUstream_st *stream)
+{
+        struct mv_args a[MV_MAX_MATS];
+        int r;
+
+        if (!w || !y || !ldy || !rope || !rope->cs || !kv || !kv->base || !kv->page_tokens ||
+            !kv->pos || !kv->tbl || !kv->pages || !head_dim || head_dim % 2 ||
+            rope->n_rot > head_dim || rope->n_rot % 2 || w[0].n_out % head_dim ||
+            w[1].n_out % head_dim || w[1].n_out != w[2].n_out || ldy[1] != ldy[2] ||
+            kv->kv_dim < w[1].n_out)
+                return -EINVAL;
+        r = rms && rms->partial && rms->count && rms->eps >= 0.0f
+                    ? check_n(w, 3, xg, ldx, y, ldy, batch, M40_CUDA_MATVEC_MAX_BATCH, a)
+                    : -EINVAL;
+        if (r < 0)
+                return r;
+        if (rope->neox || rows_of(w[0].type, batch) < 2) { /* pairs not in one warp */
+                r = m40_cuda_matmul_n_rms(w, 3, xg, ldx, rms, y, ldy, batch, stream);
+                return r ? r
+                         : m40_cuda_rope_store(rope, kv, y[0], ldy[0], y[1], y[2], ldy[1],
+                                               w[0].n_out / head_dim, w[1].n_out / head_dim,
+                                               head_dim, batch, stream);
+        }
+        a[0].rms.ss_part = rms->partial;
+        a[0].rms.ss_count = rms->count;
+        a[0].rms.eps = rms->eps;
+        a[0].rope.cs = rope->cs;
+        a[0].rope.n_rot = (int)rope->n_rot;
+        a[0].rope.hd = (int)head_dim;
+        a[0].rope.kv = *kv;
+        a[0].rms_mode = 4;
+        return launch(a, 3, w[0].type, 0, stream);
 }

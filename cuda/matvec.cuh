@@ -34,10 +34,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include "cuda/launch.h"
 #include "cuda/matvec.h"
+#include "cuda/ops.h"
 #include "cuda/quant.cuh"
 
 #define MV_THREADS 256
@@ -70,6 +72,18 @@ struct mv_rms {
         float eps; /* consumer */
 };
 
+/* RoPE and the KV-cache append in the epilogue of the q/k/v consumer (MODE 4): rows of
+ * q (matrix 0) and k (1) whose index within their head (hd rows) is below n_rot are
+ * rotated with the pair partner row (llama layout: rows 2i and 2i + 1, both in one
+ * warp's group since R is even), and the rows of k and v are stored as f16 into each
+ * column's KV slot: ops.h's m40_cuda_rope_store(), bit for bit (the same roundings, no
+ * fused multiply-add). */
+struct mv_rope {
+        const float *cs; /* (positions, n_rot) cos, sin per pair */
+        int n_rot, hd;
+        struct m40_cuda_kv kv;
+};
+
 /* The arguments every launcher takes (checked by matvec.cu). */
 struct mv_args {
         const uint8_t *w;
@@ -80,10 +94,12 @@ struct mv_args {
         float *y;
         int ldy;
         int nb;
-        bool vec;          /* rows and x are 16-byte aligned (float types: whole-piece loads) */
-        bool add;          /* k_matvec: y += x W^T (all matrices of the call) */
-        struct mv_rms rms; /* k_matvec: the fused RMSNorm */
-        int rms_mode;      /* 0 none, 1 consumer, 2 producer, 3 consumer + SwiGLU (MODE) */
+        bool vec;            /* rows and x are 16-byte aligned (float types: whole-piece loads) */
+        bool add;            /* k_matvec: y += x W^T (all matrices of the call) */
+        struct mv_rms rms;   /* k_matvec: the fused RMSNorm */
+        struct mv_rope rope; /* k_matvec MODE 4 */
+        int rms_mode;        /* 0 none, 1 consumer, 2 producer, 3 consumer + SwiGLU, 4 consumer +
+                              * RoPE and KV store (k_matvec's MODE) */
 };
 
 /* k_matvec's matrices: 1 to MV_MAX_MATS weight matrices of one type, n_in and row_bytes
@@ -97,7 +113,8 @@ struct mv_mats {
         int n_out[MV_MAX_MATS], ldy[MV_MAX_MATS], g_end[MV_MAX_MATS];
         int add; /* y += result (a residual connection) instead of y = result */
         struct mv_rms rms;
-        ptrdiff_t hoff; /* MODE 3: up's rows minus gate's (bytes) */
+        ptrdiff_t hoff;      /* MODE 3: up's rows minus gate's (bytes) */
+        struct mv_rope rope; /* MODE 4 */
 };
 static_assert(MV_MAX_MATS == M40_CUDA_MATMUL_MAX_MATS && MV_MAX_MATS == 3,
               "k_matvec selects among 3 matrices");
@@ -296,6 +313,36 @@ static __device__ void rms_scale(const struct mv_rms &rm, int nb, int n, float s
         }
 }
 
+/* MODE 4's epilogue for output row o of matrix m (0 q, 1 k, 2 v) in column c: v its
+ * scaled sum, vp its pair partner's (row o ^ 1). Returns the row's value after RoPE (q
+ * and k rows below n_rot in their head), and stores k and v rows as f16 into column
+ * c's KV slot: what m40_cuda_rope_store() does to the pair, with its roundings. */
+static __device__ __forceinline__ float rope_store_row(const struct mv_rope &rp, int m, int o,
+                                                       int c, float v, float vp)
+{
+        const struct m40_cuda_kv &kv = rp.kv;
+        const uint32_t pos = kv.pos[c];
+        const int i = o % rp.hd;
+
+        if (m < 2 && i < rp.n_rot) { /* pair i / 2: x0 = row 2 (i / 2), x1 the next */
+                const float *cs = rp.cs + (size_t)pos * rp.n_rot + (i & ~1);
+                const float co = cs[0], si = cs[1];
+
+                v = i & 1 ? __fadd_rn(__fmul_rn(vp, si), __fmul_rn(v, co))
+                          : __fsub_rn(__fmul_rn(v, co), __fmul_rn(vp, si));
+        }
+        if (m >= 1) {
+                const uint32_t page = kv.pages[kv.tbl[c] + pos / kv.page_tokens];
+                const size_t off =
+                        (size_t)page * kv.page_elems +
+                        ((size_t)kv.layer * kv.page_tokens + pos % kv.page_tokens) * kv.kv_dim +
+                        (m == 2 ? kv.v_off : 0) + o;
+
+                kv.base[off] = __half_as_ushort(__float2half_rn(v));
+        }
+        return v;
+}
+
 /* Pieces a lane loads before it computes them (matvec_lane's U): 2 for the 4/5-bit K
  * types at batch 1, whose long pieces leave registers for a second (H100, 4096x14336:
  * Q4_K 0.37 -> 0.41 of copy bandwidth, Q5_K 0.36 -> 0.44), 1 for the rest, which it
@@ -308,13 +355,15 @@ template <int T, int NB> struct mv_unroll {
  * mv_rms), 3 the consumer of gate and up at once: each warp's R rows are R / 2 rows of
  * gate and the same rows of up (mv_mats.hoff bytes after), and the output is ops.h's
  * silu(gate) * up of the two scaled sums, bit for bit the unfused consumer followed by
- * ops.h's swiglu. The plain kernel has none of their code (compiled into every launch,
+ * ops.h's swiglu; 4 the consumer of q, k and v with RoPE and the KV store (struct
+ * mv_rope; R even). The plain kernel has none of their code (compiled into every launch,
  * it cost the quantized kernels 10-20% of their bandwidth on an H100). */
 template <int T, int NB, int R, bool VEC, int MODE, int U>
 static __global__ void __launch_bounds__(MV_THREADS, 2)
         k_matvec(const struct mv_mats mm, size_t row_bytes, int n_in, const float *__restrict__ x,
                  int ldx, int nb, int split_log2)
 {
+        static_assert((MODE != 3 && MODE != 4) || R % 2 == 0, "rows in pairs");
         __shared__ float part[MV_WARPS][R * NB];
         const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
         const int item = blockIdx.x * MV_WARPS + warp;
@@ -388,7 +437,7 @@ static __global__ void __launch_bounds__(MV_THREADS, 2)
         __shared__ float scl[MV_NB_MAX];
         const int wr = lane / NB, wc = lane % NB;
         bool mine = false;
-        float v = 0.0f, vu = 0.0f;
+        float v = 0.0f, vu = 0.0f; /* MODE 4: vu is the pair partner's sum (row wr ^ 1) */
 
         if (split_log2 == 0) { /* the same for the whole grid: no barrier below is skipped */
 #pragma unroll
@@ -399,6 +448,8 @@ static __global__ void __launch_bounds__(MV_THREADS, 2)
                                         v = acc[r][c];
                                         if (MODE == 3)
                                                 vu = acc[r + HR][c];
+                                        if (MODE == 4)
+                                                vu = acc[r ^ 1][c];
                                 }
                 mine = lane < HR * NB && wr < nrows && wc < nb;
         } else {
@@ -412,21 +463,25 @@ static __global__ void __launch_bounds__(MV_THREADS, 2)
                                 v += part[warp + k][lane];
                                 if (MODE == 3)
                                         vu += part[warp + k][lane + HR * NB];
+                                if (MODE == 4) /* (wr ^ 1) * NB + wc: NB a power of 2 */
+                                        vu += part[warp + k][lane ^ NB];
                         }
                         mine = true;
                 }
         }
-        if (MODE == 1 || MODE == 3)
+        if (MODE == 1 || MODE == 3 || MODE == 4)
                 rms_scale<NB>(mm.rms, nb, n_in, scl);
         if (mine) {
                 float *yo = y + (size_t)wc * ldy + row0 + wr;
 
-                if (MODE == 1 || MODE == 3)
+                if (MODE == 1 || MODE == 3 || MODE == 4)
                         v *= scl[wc];
                 if (MODE == 3) { /* ops.h's swiglu of the two scaled sums */
                         vu *= scl[wc];
                         v = v / (1.0f + expf(-v)) * vu;
                 }
+                if (MODE == 4)
+                        v = rope_store_row(mm.rope, m, row0 + wr, wc, v, vu * scl[wc]);
                 v = mm.add ? *yo + v : v;
                 *yo = v;
                 if (MODE == 2 && mm.rms.g)
@@ -534,18 +589,18 @@ static inline int mv_split_log2(int groups, int sms, int wps, int steps)
         return s;
 }
 
-/* MODE 3 (rows in gate/up pairs) needs at least 2 rows per warp; matvec.cu does not ask
- * for it otherwise (mv_rows_of()). */
-template <int T, int NB, int R, bool VEC, int U> struct mv_swiglu {
+/* MODES 3 and 4 (rows in pairs) need at least 2 rows per warp; matvec.cu does not ask
+ * for them otherwise (mv_rows_of()). */
+template <int T, int NB, int R, bool VEC, int U, int MODE> struct mv_paired {
         static int launch(const struct mv_mats &mm, const struct mv_args *a, unsigned blocks,
                           int sl, cudaStream_t stream)
         {
-                k_matvec<T, NB, R, VEC, 3, U><<<blocks, MV_THREADS, 0, stream>>>(
+                k_matvec<T, NB, R, VEC, MODE, U><<<blocks, MV_THREADS, 0, stream>>>(
                         mm, a->row_bytes, a->n_in, a->x, a->ldx, a->nb, sl);
                 return m40_cuda_launch_status("k_matvec");
         }
 };
-template <int T, int NB, bool VEC, int U> struct mv_swiglu<T, NB, 1, VEC, U> {
+template <int T, int NB, bool VEC, int U, int MODE> struct mv_paired<T, NB, 1, VEC, U, MODE> {
         static int launch(const struct mv_mats &, const struct mv_args *, unsigned, int,
                           cudaStream_t)
         {
@@ -554,7 +609,7 @@ template <int T, int NB, bool VEC, int U> struct mv_swiglu<T, NB, 1, VEC, U> {
 };
 
 /* k_matvec over the n (1..MV_MAX_MATS) matrices of a[] (same type, n_in, row_bytes, x,
- * batch); rms_mode 3: a[0] gate and a[1] up into a[0]'s output. */
+ * batch); rms_mode 3: a[0] gate and a[1] up into a[0]'s output; 4: q, k, v. */
 template <int T, int NB, int R, bool VEC>
 static int launch_mv(const struct mv_args *a, int n, int sms, cudaStream_t stream)
 {
@@ -578,6 +633,7 @@ static int launch_mv(const struct mv_args *a, int n, int sms, cudaStream_t strea
         mm.add = a->add;
         mm.rms = a->rms;
         mm.hoff = a->rms_mode == 3 ? (ptrdiff_t)((uintptr_t)a[1].w - (uintptr_t)a[0].w) : 0;
+        mm.rope = a->rope;
         const int sl = mv_split_log2(groups, sms, qt<T>::EPP == 32 ? 16 : 32,
                                      (qt<T>::pieces(a->n_in) + 31) / 32);
         const long items = (long)groups << sl;
@@ -586,7 +642,9 @@ static int launch_mv(const struct mv_args *a, int n, int sms, cudaStream_t strea
         enum { U = mv_unroll<T, NB>::U };
 
         if (a->rms_mode == 3)
-                return mv_swiglu<T, NB, R, VEC, U>::launch(mm, a, blocks, sl, stream);
+                return mv_paired<T, NB, R, VEC, U, 3>::launch(mm, a, blocks, sl, stream);
+        if (a->rms_mode == 4)
+                return mv_paired<T, NB, R, VEC, U, 4>::launch(mm, a, blocks, sl, stream);
         if (a->rms_mode == 1)
                 k_matvec<T, NB, R, VEC, 1, U><<<blocks, MV_THREADS, 0, stream>>>(
                         mm, a->row_bytes, a->n_in, a->x, a->ldx, a->nb, sl);

@@ -134,6 +134,24 @@ int m40_cuda_matmul_swiglu_rms(const struct m40_cuda_matrix *gate, const struct 
                                float *y, float *y_up, size_t ldy, uint32_t batch,
                                struct CUstream_st *stream);
 
+/* m40_cuda_matmul_qkv_rope - an attention block's input for a decode step: q, k, v
+ * (w[0], w[1], w[2]: same type, n_in, row_bytes; q's rows n_heads heads of head_dim,
+ * k's and v's n_kv_heads heads) times the normalized x from the fused RMSNorm's xg and
+ * partials (as m40_cuda_matmul_n_rms()), then RoPE of q and k at each column's position
+ * and k and v appended to each column's KV slot: bit for bit m40_cuda_matmul_n_rms() of
+ * the three followed by ops.h's m40_cuda_rope_store() (y[0] q, y[1] k, y[2] v; ldy[1] ==
+ * ldy[2]; all three rows as that pair leaves them). One launch, where the kernel's rows
+ * per warp hold the rotation pairs (llama layout, 2 or more rows per warp at this type
+ * and batch); otherwise (NEOX pairs, one row per warp) exactly those two calls. kv as for
+ * m40_cuda_rope_store(), its kv_dim >= k's rows; batch 1..M40_CUDA_MATVEC_MAX_BATCH;
+ * outputs must not overlap each other or xg. */
+struct m40_cuda_rope;
+struct m40_cuda_kv;
+int m40_cuda_matmul_qkv_rope(const struct m40_cuda_matrix *w, const float *xg, size_t ldx,
+                             const struct m40_cuda_rms *rms, const struct m40_cuda_rope *rope,
+                             const struct m40_cuda_kv *kv, uint32_t head_dim, float *const *y,
+                             const size_t *ldy, uint32_t batch, struct CUstream_st *stream);
+
 /* m40_cuda_relayout - rewrite w's rows, as loaded from the GGUF file, into the device
  * layout the kernels here read (quant.cuh: the fields of each block type whose blocks
  * are not 16-byte multiples, one after another in every row; other types are left as
