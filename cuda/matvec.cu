@@ -220,6 +220,19 @@ extern "C" int m40_cuda_matvec_add(const struct m40_cuda_matrix *w, const float 
         return r < 0 ? r : launch(&a, 1, w->type, 0, stream);
 }
 
+/* The fused RMSNorm's consumer arguments (rms checked by the caller) for k_matvec MODE
+ * mode (1, 3 or 4) into a[0], which carries them for the launch. */
+static void rms_consumer(struct mv_args *a, const struct m40_cuda_rms *rms, int mode)
+{
+        a->rms.ss_part = rms->partial;
+        a->rms.ss_count = rms->count;
+        a->rms.ss_cap = (unsigned)(rms->partial_bytes / (MV_NB_MAX * sizeof(float)) < UINT_MAX
+                                           ? rms->partial_bytes / (MV_NB_MAX * sizeof(float))
+                                           : UINT_MAX);
+        a->rms.eps = rms->eps;
+        a->rms_mode = mode;
+}
+
 extern "C" int m40_cuda_matmul_n_rms(const struct m40_cuda_matrix *w, uint32_t n, const float *xg,
                                      size_t ldx, const struct m40_cuda_rms *rms, float *const *y,
                                      const size_t *ldy, uint32_t batch, struct CUstream_st *stream)
@@ -231,10 +244,7 @@ extern "C" int m40_cuda_matmul_n_rms(const struct m40_cuda_matrix *w, uint32_t n
 
         if (r < 0)
                 return r;
-        a[0].rms.ss_part = rms->partial;
-        a[0].rms.ss_count = rms->count;
-        a[0].rms.eps = rms->eps;
-        a[0].rms_mode = 1;
+        rms_consumer(&a[0], rms, 1);
         return launch(a, (int)n, w[0].type, 0, stream);
 }
 
@@ -288,10 +298,7 @@ extern "C" int m40_cuda_matmul_swiglu_rms(const struct m40_cuda_matrix *gate,
                 r = m40_cuda_matmul_n_rms(w, 2, xg, ldx, rms, ys, lds, batch, stream);
                 return r ? r : m40_cuda_swiglu(y, y_up, ldy, gate->n_out, batch, stream);
         }
-        a[0].rms.ss_part = rms->partial;
-        a[0].rms.ss_count = rms->count;
-        a[0].rms.eps = rms->eps;
-        a[0].rms_mode = 3;
+        rms_consumer(&a[0], rms, 3);
         return launch(a, 2, w[0].type, 0, stream);
 }
 
@@ -355,13 +362,10 @@ extern "C" int m40_cuda_matmul_qkv_rope(const struct m40_cuda_matrix *w, const f
                                                w[0].n_out / head_dim, w[1].n_out / head_dim,
                                                head_dim, batch, stream);
         }
-        a[0].rms.ss_part = rms->partial;
-        a[0].rms.ss_count = rms->count;
-        a[0].rms.eps = rms->eps;
+        rms_consumer(&a[0], rms, 4);
         a[0].rope.cs = rope->cs;
         a[0].rope.n_rot = (int)rope->n_rot;
         a[0].rope.hd = (int)head_dim;
         a[0].rope.kv = *kv;
-        a[0].rms_mode = 4;
         return launch(a, 3, w[0].type, 0, stream);
 }

@@ -69,7 +69,8 @@ struct mv_rms {
         int ldxg;
         float *ss_part; /* both: partials of MV_NB_MAX floats per producer block */
         unsigned *ss_count;
-        float eps; /* consumer */
+        unsigned ss_cap; /* consumer: the partial slots ss_part holds */
+        float eps;       /* consumer */
 };
 
 /* RoPE and the KV-cache append in the epilogue of the q/k/v consumer (MODE 4): rows of
@@ -282,19 +283,45 @@ template <int NB> static __device__ void rms_partial(const struct mv_rms &rm, fl
                 *rm.ss_count = gridDim.x;
 }
 
-/* The consumer's scales of columns 0 .. nb - 1 into scl, from the producer's partials
- * (n the norm's length). Every thread of the block calls it; scl is ready after. */
+/* What the consumer's epilogue reads of the producer's partials, loaded when the kernel
+ * starts so that the latency hides behind the products: the count, and each column's
+ * partial in slot threadIdx.x (read whether or not the producer wrote it, when the
+ * buffer has the slot: a slot past the count is not used). */
+template <int NB> struct rms_pre {
+        unsigned np;
+        float first[NB];
+};
+
 template <int NB>
-static __device__ void rms_scale(const struct mv_rms &rm, int nb, int n, float scl[MV_NB_MAX])
+static __device__ __forceinline__ void rms_prefetch(const struct mv_rms &rm, rms_pre<NB> &p)
+{
+        p.np = *rm.ss_count;
+#pragma unroll
+        for (int c = 0; c < NB; c++)
+                p.first[c] = threadIdx.x < rm.ss_cap
+                                     ? rm.ss_part[(size_t)threadIdx.x * MV_NB_MAX + c]
+                                     : 0.0f;
+}
+
+/* The consumer's scales of columns 0 .. nb - 1 into scl, from the producer's partials
+ * (n the norm's length; pre from rms_prefetch()). Every thread of the block calls it;
+ * scl is ready after. */
+template <int NB>
+static __device__ void rms_scale(const struct mv_rms &rm, int nb, int n, float scl[MV_NB_MAX],
+                                 const rms_pre<NB> &pre)
 {
         __shared__ double tot[MV_WARPS];
         const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-        const unsigned np = *rm.ss_count;
+        const unsigned np = pre.np, b0 = threadIdx.x;
+        const bool have = b0 < np && b0 < rm.ss_cap; /* slot b0 prefetched */
 
-        for (int col = 0; col < nb && col < NB; col++) {
-                double t = 0.0;
+#pragma unroll
+        for (int col = 0; col < NB; col++) {
+                if (col >= nb)
+                        break; /* nb is the same for the whole block */
+                double t = have ? (double)pre.first[col] : 0.0;
 
-                for (unsigned b = threadIdx.x; b < np; b += blockDim.x)
+                for (unsigned b = have ? b0 + blockDim.x : b0; b < np; b += blockDim.x)
                         t += (double)rm.ss_part[(size_t)b * MV_NB_MAX + col];
 #pragma unroll
                 for (int off = 16; off > 0; off >>= 1)
@@ -313,33 +340,46 @@ static __device__ void rms_scale(const struct mv_rms &rm, int nb, int n, float s
         }
 }
 
-/* MODE 4's epilogue for output row o of matrix m (0 q, 1 k, 2 v) in column c: v its
- * scaled sum, vp its pair partner's (row o ^ 1). Returns the row's value after RoPE (q
- * and k rows below n_rot in their head), and stores k and v rows as f16 into column
- * c's KV slot: what m40_cuda_rope_store() does to the pair, with its roundings. */
-static __device__ __forceinline__ float rope_store_row(const struct mv_rope &rp, int m, int o,
-                                                       int c, float v, float vp)
+/* MODE 4's operands of output row o of matrix m (0 q, 1 k, 2 v) in column c, loaded
+ * when the kernel starts (their latency behind the products): the pair's cos and sin
+ * (q and k rows below n_rot in their head) and the KV slot's element offset (k and v). */
+struct rope_pre {
+        float co, si;
+        size_t off;
+};
+
+static __device__ __forceinline__ void rope_prefetch(const struct mv_rope &rp, int m, int o, int c,
+                                                     rope_pre &p)
 {
         const struct m40_cuda_kv &kv = rp.kv;
         const uint32_t pos = kv.pos[c];
         const int i = o % rp.hd;
 
+        p.co = p.si = 0.0f;
+        p.off = 0;
         if (m < 2 && i < rp.n_rot) { /* pair i / 2: x0 = row 2 (i / 2), x1 the next */
                 const float *cs = rp.cs + (size_t)pos * rp.n_rot + (i & ~1);
-                const float co = cs[0], si = cs[1];
 
-                v = i & 1 ? __fadd_rn(__fmul_rn(vp, si), __fmul_rn(v, co))
-                          : __fsub_rn(__fmul_rn(v, co), __fmul_rn(vp, si));
+                p.co = cs[0];
+                p.si = cs[1];
         }
-        if (m >= 1) {
-                const uint32_t page = kv.pages[kv.tbl[c] + pos / kv.page_tokens];
-                const size_t off =
-                        (size_t)page * kv.page_elems +
+        if (m >= 1)
+                p.off = (size_t)kv.pages[kv.tbl[c] + pos / kv.page_tokens] * kv.page_elems +
                         ((size_t)kv.layer * kv.page_tokens + pos % kv.page_tokens) * kv.kv_dim +
                         (m == 2 ? kv.v_off : 0) + o;
+}
 
-                kv.base[off] = __half_as_ushort(__float2half_rn(v));
-        }
+/* MODE 4's epilogue for that row: v its scaled sum, vp its pair partner's (row o ^ 1).
+ * Returns the row's value after RoPE, and stores k and v rows as f16 into the column's
+ * KV slot: what m40_cuda_rope_store() does to the pair, with its roundings. */
+static __device__ __forceinline__ float rope_store_row(const struct mv_rope &rp, const rope_pre &p,
+                                                       int m, int o, float v, float vp)
+{
+        if (m < 2 && o % rp.hd < rp.n_rot)
+                v = o & 1 ? __fadd_rn(__fmul_rn(vp, p.si), __fmul_rn(v, p.co))
+                          : __fsub_rn(__fmul_rn(v, p.co), __fmul_rn(vp, p.si));
+        if (m >= 1)
+                rp.kv.base[p.off] = __half_as_ushort(__float2half_rn(v));
         return v;
 }
 
@@ -386,8 +426,24 @@ static __global__ void __launch_bounds__(MV_THREADS, 2)
         const int np = qt<T>::pieces(n_in), steps = (np + 31) >> 5;
         const int p0 = 32 * ((steps * split) >> split_log2);
         const int p1 = 32 * ((steps * (split + 1)) >> split_log2);
+        /* MODES 1-4: lane wr * NB + wc of a group's first warp writes output (wr, wc) */
+        const int wr = lane / NB, wc = lane % NB;
+        const bool mine = split == 0 && lane < HR * NB && wr < nrows && wc < nb;
+        /* the epilogue's loads, issued before the products so that their latency hides
+         * behind them (each a round trip after the products otherwise) */
+        rms_pre<NB> rpre;
+        rope_pre ropre;
+        float yold = 0.0f, grow = 0.0f; /* MODE 2: y before the add, the next norm's weight */
         float acc[R][NB];
 
+        if (MODE == 1 || MODE == 3 || MODE == 4)
+                rms_prefetch<NB>(mm.rms, rpre);
+        if (MODE == 2 && mine) {
+                yold = mm.add ? y[(size_t)wc * ldy + row0 + wr] : 0.0f;
+                grow = mm.rms.g ? mm.rms.g[row0 + wr] : 0.0f;
+        }
+        if (MODE == 4 && mine)
+                rope_prefetch(mm.rope, m, row0 + wr, wc, ropre);
 #pragma unroll
         for (int r = 0; r < R; r++)
 #pragma unroll
@@ -435,8 +491,6 @@ static __global__ void __launch_bounds__(MV_THREADS, 2)
         /* the lane that writes output (r, c) = (lane / NB, lane % NB): its sum (MODE 3:
          * and up's, vu) */
         __shared__ float scl[MV_NB_MAX];
-        const int wr = lane / NB, wc = lane % NB;
-        bool mine = false;
         float v = 0.0f, vu = 0.0f; /* MODE 4: vu is the pair partner's sum (row wr ^ 1) */
 
         if (split_log2 == 0) { /* the same for the whole grid: no barrier below is skipped */
@@ -451,14 +505,13 @@ static __global__ void __launch_bounds__(MV_THREADS, 2)
                                         if (MODE == 4)
                                                 vu = acc[r ^ 1][c];
                                 }
-                mine = lane < HR * NB && wr < nrows && wc < nb;
         } else {
                 if (lane == 0)
 #pragma unroll
                         for (int i = 0; i < R * NB; i++)
                                 part[warp][i] = (&acc[0][0])[i];
                 __syncthreads();
-                if (split == 0 && lane < HR * NB && wr < nrows && wc < nb) {
+                if (mine)
                         for (int k = 0; k < (1 << split_log2); k++) {
                                 v += part[warp + k][lane];
                                 if (MODE == 3)
@@ -466,11 +519,9 @@ static __global__ void __launch_bounds__(MV_THREADS, 2)
                                 if (MODE == 4) /* (wr ^ 1) * NB + wc: NB a power of 2 */
                                         vu += part[warp + k][lane ^ NB];
                         }
-                        mine = true;
-                }
         }
         if (MODE == 1 || MODE == 3 || MODE == 4)
-                rms_scale<NB>(mm.rms, nb, n_in, scl);
+                rms_scale<NB>(mm.rms, nb, n_in, scl, rpre);
         if (mine) {
                 float *yo = y + (size_t)wc * ldy + row0 + wr;
 
@@ -481,11 +532,12 @@ static __global__ void __launch_bounds__(MV_THREADS, 2)
                         v = v / (1.0f + expf(-v)) * vu;
                 }
                 if (MODE == 4)
-                        v = rope_store_row(mm.rope, m, row0 + wr, wc, v, vu * scl[wc]);
-                v = mm.add ? *yo + v : v;
+                        v = rope_store_row(mm.rope, ropre, m, row0 + wr, v, vu * scl[wc]);
+                if (mm.add)
+                        v = (MODE == 2 ? yold : *yo) + v;
                 *yo = v;
                 if (MODE == 2 && mm.rms.g)
-                        mm.rms.xg[(size_t)wc * mm.rms.ldxg + row0 + wr] = v * mm.rms.g[row0 + wr];
+                        mm.rms.xg[(size_t)wc * mm.rms.ldxg + row0 + wr] = v * grow;
         }
         if (MODE == 2)
                 rms_partial<NB>(mm.rms, mine ? v * v : 0.0f, wc);

@@ -100,7 +100,8 @@ struct m40_cuda_rms {
         float *xg;            /* producer: batch rows of ldxg floats, y * g (when g is set) */
         size_t ldxg;          /* >= n_out */
         float *partial;       /* partial sums, partial_bytes */
-        size_t partial_bytes; /* at least M40_CUDA_RMS_PARTIAL_BYTES(the producer's n_out) */
+        size_t partial_bytes; /* at least M40_CUDA_RMS_PARTIAL_BYTES(the producer's n_out);
+                               * the consumer may read all of it */
         unsigned *count;      /* one word: how many partials the producer left */
         float eps;            /* consumer: the norm's epsilon */
 };
