@@ -25,8 +25,9 @@
  *                 to finish (a counter: atomicAdd after __threadfence) merges them:
  *                 out = sum_s e^(m_s - M) acc_s / sum_s e^(m_s - M) l_s. 128 threads; shared
  *                 memory (hb * (hd + 64)) floats + ~1.7 KB, at most 18 KB (hd 512); for
- *                 hd <= 128 with 16-byte aligned rows also the tile's V (64 x hd f16,
- *                 loaded with K's loads in flight: at most 23.7 KB).
+ *                 hd <= 128 with 16-byte aligned rows in decode-sized launches also the
+ *                 tile's K and V (2 x 64 x hd f16, all their loads in flight at once:
+ *                 at most 39.7 KB).
  *                 Decode and causal prefill are the same kernel: a prefill token sees
  *                 the K/V its chunk wrote before it.
  * Tolerance against m40_cpu_attention_head() (both read the same f16 K and V, so f16
@@ -265,10 +266,11 @@ __device__ __forceinline__ double warp_sum(double v)
 
 /* VEC 2: K rows read as half2 (head_dim and every offset even), else 1. DPT: output
  * dims per thread, head_dim <= DPT * ATTN_THREADS (the accumulators live in registers).
- * VT: the tile's V rows are loaded into shared memory in 16-byte pieces before the
- * scores are computed, so that their loads are in flight with K's (head_dim <= 128 and
- * every offset a multiple of 8 elements); else each thread reads its V elements from
- * global memory after the softmax, 4 positions at a time. */
+ * VT: the tile's K and V rows are loaded into shared memory in 16-byte pieces, all in
+ * flight at once, before the scores are computed (head_dim <= 128 and every offset a
+ * multiple of 8 elements): one load latency per tile; else each warp reads K rows for
+ * ATTN_PU positions at a time and each thread its V elements from global memory after
+ * the softmax, 4 positions at a time. */
 #define ATTN_VCH (ATTN_TILE * 128 / 8 / ATTN_THREADS) /* VT: 16-byte pieces per thread, most */
 
 template <int VEC, int DPT, bool VT>
@@ -276,7 +278,8 @@ __global__ void __launch_bounds__(ATTN_THREADS)
         k_attention(struct m40_cuda_kv kv, const float *__restrict__ q, size_t ldq,
                     float *__restrict__ out, size_t ldo, struct attn_plan pl)
 {
-        /* q (nh, hd), then scores (nh, ATTN_TILE) floats; VT: then V (ATTN_TILE, hd) f16 */
+        /* q (nh, hd), then scores (nh, ATTN_TILE) floats; VT: then V and K (ATTN_TILE, hd)
+         * f16 */
         extern __shared__ __align__(16) float sh[];
         __shared__ size_t s_off[ATTN_TILE];
         __shared__ float s_m[ATTN_HB], s_a[ATTN_HB], s_inv[ATTN_HB];
@@ -297,6 +300,7 @@ __global__ void __launch_bounds__(ATTN_THREADS)
         const __half *vb = kb + kv.v_off;
         float *qs = sh, *sc = sh + nh * hd;
         __half *vs = (__half *)(sh + pl.hb * (hd + ATTN_TILE)); /* VT */
+        const __half2 *ks = (const __half2 *)(vs + ATTN_TILE * hd);
         float acc[ATTN_HB][DPT];
 
         static_assert(!VT || (DPT == 1 && VEC == 2), "VT: head_dim <= 128, half2 K rows");
@@ -331,20 +335,34 @@ __global__ void __launch_bounds__(ATTN_THREADS)
                 }
                 __syncthreads();
 
-                /* VT: the tile's V rows, loads issued now, stored to shared memory after the
-                 * scores (piece e: row e / cpr, 16 bytes c = e % cpr of it) */
+                /* VT: the tile's K and V rows, all loads issued at once; K is stored to
+                 * shared memory for the scores, V after them (piece e: row e / cpr, 16
+                 * bytes c = e % cpr of it) */
                 const int cpr = hd / 8;
                 uint4 vbuf[VT ? ATTN_VCH : 1];
 
                 if (VT) {
+                        uint4 kbuf[ATTN_VCH];
+
+#pragma unroll
+                        for (int k = 0; k < ATTN_VCH; k++) {
+                                const int e = tid + k * ATTN_THREADS;
+
+                                if (e < n * cpr) {
+                                        const size_t o = s_off[e / cpr];
+
+                                        kbuf[k] = __ldg((const uint4 *)(kb + o) + e % cpr);
+                                        vbuf[k] = __ldg((const uint4 *)(vb + o) + e % cpr);
+                                }
+                        }
 #pragma unroll
                         for (int k = 0; k < ATTN_VCH; k++) {
                                 const int e = tid + k * ATTN_THREADS;
 
                                 if (e < n * cpr)
-                                        vbuf[k] = __ldg((const uint4 *)(vb + s_off[e / cpr]) +
-                                                        e % cpr);
+                                        ((uint4 *)(vs + ATTN_TILE * hd))[e] = kbuf[k];
                         }
+                        __syncthreads();
                 }
 
                 /* scores of the tile: one warp per position, ATTN_PU positions per pass with
@@ -364,8 +382,15 @@ __global__ void __launch_bounds__(ATTN_THREADS)
 #pragma unroll
                                 for (int u = 0; u < ATTN_PU; u++) {
                                         k0[u] = k1[u] = 0.0f;
-                                        if (pb + u < n)
+                                        if (pb + u < n && VT) {
+                                                const float2 f = __half22float2(
+                                                        ks[((pb + u) * hd + i) >> 1]);
+
+                                                k0[u] = f.x;
+                                                k1[u] = f.y;
+                                        } else if (pb + u < n) {
                                                 ld_kv<VEC>(kb + s_off[pb + u] + i, k0[u], k1[u]);
+                                        }
                                 }
 #pragma unroll
                                 for (int u = 0; u < ATTN_PU; u++)
@@ -593,7 +618,7 @@ extern "C" int m40_cuda_attention(const struct m40_cuda_kv *kv, const float *q, 
               kv->v_off % 2 == 0 && (uintptr_t)kv->base % 4 == 0;
         shmem = (size_t)pl.hb * (head_dim + ATTN_TILE) * sizeof(float);
         const dim3 grid(n_kv_heads * pl.nsub, n_tok, pl.n_split);
-        /* V tiles through shared memory (16-byte pieces of every V row) for launches of
+        /* K and V tiles through shared memory (16-byte pieces of every row) for launches of
          * few blocks (decode), where a block's load latencies are the time; not for those
          * of many (prefill), where the shared memory would cost blocks per SM (H100, 512-
          * token prefill: 8B 84% -> 82% of SGEMM's rate, 1B 68% -> 64%) */
@@ -602,7 +627,7 @@ extern "C" int m40_cuda_attention(const struct m40_cuda_kv *kv, const float *q, 
                         (uintptr_t)kv->base % 16 == 0 && (uint64_t)n_tok * grid.x < ATTN_TARGET;
         if (vt && head_dim <= ATTN_THREADS)
                 k_attention<2, 1, true>
-                        <<<grid, ATTN_THREADS, shmem + (size_t)ATTN_TILE * head_dim * 2, stream>>>(
+                        <<<grid, ATTN_THREADS, shmem + (size_t)ATTN_TILE * head_dim * 4, stream>>>(
                                 *kv, q, ldq, out, ldo, pl);
         else if (head_dim <= ATTN_THREADS)
                 launch<1>(vec, grid, shmem, stream, *kv, q, ldq, out, ldo, pl);
