@@ -627,16 +627,29 @@ static __global__ void __launch_bounds__(MM_THREADS)
 
 /* Warps per row group for k_matvec (log2): split rows over warps until the grid has
  * about wps warps per SM. More, shorter warps fill the last waves of mid-sized matrices
- * better (H100, batch 1, 4096x14336: F16 0.81 -> 0.89 of copy bandwidth at 32, Q8_0
- * 0.55 -> 0.65); the K types, whose pieces are 4x longer, measured best at 16. But no
- * warp gets less than a full step of 32 pieces (steps: a row's steps): short rows
- * (d 576: 3 steps of 16-element pieces) split 8 ways left most warps without a piece,
- * and the grid bigger than one wave. */
+ * (H100, batch 1, 4096x14336 alone: F16 0.81 -> 0.89 of copy bandwidth at 32, Q8_0 0.55
+ * -> 0.65), but in a whole decode step fewer, longer warps won: 16 (8 for the K types,
+ * whose pieces are 4x longer) against 32 (16), same-run A/B of batch-1 decode: 1B F16
+ * 699 -> 714 tok/s, 8B Q4_0 297 -> 302, 8B Q4_K_M 238 -> 249, 8B F16 158 -> 159 (64
+ * lost 2-6%; 8, and 2 or 4 steps per warp at least, gained on one model and lost on
+ * another). No warp gets less than a full step of 32 pieces (steps: a row's steps):
+ * short rows (d 576: 3 steps of 16-element pieces) split 8 ways left most warps without
+ * a piece, and the grid bigger than one wave. The three constants are compile-time
+ * knobs for such A/B builds (-D through NVCC_APPEND_FLAGS). */
+#ifndef MV_WPS
+#define MV_WPS 16 /* warps per SM the split aims for (MV_WPS_K for the K types) */
+#endif
+#ifndef MV_WPS_K
+#define MV_WPS_K 8
+#endif
+#ifndef MV_SPLIT_STEPS
+#define MV_SPLIT_STEPS 1 /* steps of 32 pieces a split warp gets, at least */
+#endif
 static inline int mv_split_log2(int groups, int sms, int wps, int steps)
 {
         int s = 0;
 
-        while (s < 3 && 2 << s <= steps && (long)groups << s < (long)wps * sms)
+        while (s < 3 && (MV_SPLIT_STEPS * 2) << s <= steps && (long)groups << s < (long)wps * sms)
                 s++;
         return s;
 }
@@ -686,7 +699,7 @@ static int launch_mv(const struct mv_args *a, int n, int sms, cudaStream_t strea
         mm.rms = a->rms;
         mm.hoff = a->rms_mode == 3 ? (ptrdiff_t)((uintptr_t)a[1].w - (uintptr_t)a[0].w) : 0;
         mm.rope = a->rope;
-        const int sl = mv_split_log2(groups, sms, qt<T>::EPP == 32 ? 16 : 32,
+        const int sl = mv_split_log2(groups, sms, qt<T>::EPP == 32 ? MV_WPS_K : MV_WPS,
                                      (qt<T>::pieces(a->n_in) + 31) / 32);
         const long items = (long)groups << sl;
         const unsigned blocks = (unsigned)((items + MV_WARPS - 1) / MV_WARPS);
