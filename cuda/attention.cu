@@ -24,10 +24,10 @@
  *                 split writes (m, l, acc) to the workspace, and the last split of (t, x)
  *                 to finish (a counter: atomicAdd after __threadfence) merges them:
  *                 out = sum_s e^(m_s - M) acc_s / sum_s e^(m_s - M) l_s. 128 threads; shared
- *                 memory (hb * (hd + 64)) floats + ~1.7 KB, at most 18 KB (hd 512); for
- *                 hd <= 128 with 16-byte aligned rows in decode-sized launches also the
- *                 tile's K and V (2 x 64 x hd f16, all their loads in flight at once:
- *                 at most 39.7 KB).
+ *                 memory (hb * (hd + 32)) floats + ~1.5 KB, at most 18.5 KB (hd 512);
+ *                 for hd <= 128 with 16-byte aligned rows in decode-sized launches also
+ *                 the tile's K and V (2 x 32 x hd f16, all their loads in flight at
+ *                 once: at most 22.9 KB).
  *                 Decode and causal prefill are the same kernel: a prefill token sees
  *                 the K/V its chunk wrote before it.
  * Tolerance against m40_cpu_attention_head() (both read the same f16 K and V, so f16
@@ -47,12 +47,25 @@
 #include "m40/error.h"
 #include "cuda/ops.h"
 
-#define ATTN_THREADS    128
-#define ATTN_WARPS      (ATTN_THREADS / 32)
-#define ATTN_HB         8    /* query heads of one KV head per block, at most */
-#define ATTN_TILE       64   /* positions scored per pass of a block */
-#define ATTN_PU         4    /* positions a warp scores at once (their K loads in flight) */
-#define ATTN_SPAN_MIN   128  /* positions per split, at least (two tiles) */
+#define ATTN_THREADS 128
+#define ATTN_WARPS   (ATTN_THREADS / 32)
+#define ATTN_HB      8 /* query heads of one KV head per block, at most */
+#ifndef ATTN_TILE
+#define ATTN_TILE 32 /* positions scored per pass of a block (and ATTN_SPAN_MIN's note) */
+#endif
+#ifndef ATTN_PU
+#define ATTN_PU 4 /* positions a warp scores at once (their K loads in flight) */
+#endif
+/* Positions per split, at least: one tile. Decode launches have few blocks (8B: 32,
+ * one per query head), so a split is parallelism the GPU otherwise lacks, and its merge
+ * (one more load latency) costs less than a second tile in a row: same-run A/Bs of
+ * batch-1 decode at contexts 16..144 (H100): tile 64 and spans of 128 -> 64: 135M F16
+ * 974 -> 1054 tok/s, 1B F16 713 -> 737, 8B Q4_0 300 -> 312, 8B F16 158.4 -> 161.4;
+ * then tile and span 64 -> 32: 8B F16 162.0 -> 165.4, 8B Q4_0 314 -> 327, 8B Q4_K_M
+ * 258 -> 266, 1B F16 740 -> 760. */
+#ifndef ATTN_SPAN_MIN
+#define ATTN_SPAN_MIN 32
+#endif
 #define ATTN_MAX_SPLITS 32   /* splits of one (token, head), at most: one lane each in the merge */
 #define ATTN_TARGET     1024 /* blocks a launch aims for (H100: ~8 per SM, M40: ~43) */
 #define ATTN_MIN_BLOCKS 128  /* below this, query heads of one KV head go to separate blocks */

@@ -43,6 +43,21 @@
 #include "cuda/quant.cuh"
 
 #define MV_THREADS 256
+/* k_matvec blocks per SM its register budget keeps room for: 3 for the 32-element 4/5-bit
+ * types (MV_MINB_Q; their fused-epilogue kernels otherwise take registers enough to
+ * fit only 2), 2 for the rest (MV_MINB, MV_MINB_Q8). Same-run A/B of batch-1 decode
+ * (H100), 2 -> 3: 8B Q4_0 314 -> 330 and 327 -> 342 tok/s, 1B Q4_0 1216 -> 1282, 1B
+ * Q4_1 1262 -> 1252 (noise); Q8_0 mixed (8B 246 -> 249, 1B 1042 -> 1025), the K types
+ * lost (8B Q4_K_M 258 -> 247; 4 blocks: 210). Knobs for A/B builds, as MV_WPS. */
+#ifndef MV_MINB
+#define MV_MINB 2
+#endif
+#ifndef MV_MINB_Q
+#define MV_MINB_Q 3
+#endif
+#ifndef MV_MINB_Q8
+#define MV_MINB_Q8 2
+#endif
 #define MV_WARPS   (MV_THREADS / 32)
 #define MM_THREADS 256
 #define MM_KS      32 /* k per k_matmul step */
@@ -391,6 +406,16 @@ template <int T, int NB> struct mv_unroll {
         enum { U = NB == 1 && (T == M40_GGML_Q4_K || T == M40_GGML_Q5_K) ? 2 : 1 };
 };
 
+template <int T> struct mv_minb {
+        enum {
+                V = T == M40_GGML_Q4_0 || T == M40_GGML_Q4_1 || T == M40_GGML_Q5_0 ||
+                                    T == M40_GGML_Q5_1
+                            ? MV_MINB_Q
+                    : T == M40_GGML_Q8_0 ? MV_MINB_Q8
+                                         : MV_MINB
+        };
+};
+
 /* MODE: 0 the plain product, 1 the fused RMSNorm's consumer, 2 its producer (struct
  * mv_rms), 3 the consumer of gate and up at once: each warp's R rows are R / 2 rows of
  * gate and the same rows of up (mv_mats.hoff bytes after), and the output is ops.h's
@@ -399,7 +424,7 @@ template <int T, int NB> struct mv_unroll {
  * mv_rope; R even). The plain kernel has none of their code (compiled into every launch,
  * it cost the quantized kernels 10-20% of their bandwidth on an H100). */
 template <int T, int NB, int R, bool VEC, int MODE, int U>
-static __global__ void __launch_bounds__(MV_THREADS, 2)
+static __global__ void __launch_bounds__(MV_THREADS, mv_minb<T>::V)
         k_matvec(const struct mv_mats mm, size_t row_bytes, int n_in, const float *__restrict__ x,
                  int ldx, int nb, int split_log2)
 {

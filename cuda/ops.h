@@ -109,7 +109,7 @@ int m40_cuda_attention(const struct m40_cuda_kv *kv, const float *q, size_t ldq,
 
 /* m40_cuda_attention_workspace - the workspace bytes that m40_cuda_attention() needs for
  * any call with at most n_tok tokens, positions up to max_pos, n_heads query heads of
- * head_dim (any n_kv_heads): 0 when no such call splits (max_pos < 128). */
+ * head_dim (any n_kv_heads): 0 when no such call splits (max_pos < 32). */
 size_t m40_cuda_attention_workspace(uint32_t n_tok, uint32_t n_heads, uint32_t max_pos,
                                     uint32_t head_dim);
 

@@ -1050,7 +1050,7 @@ static void check_attention_args(void)
                 goto out;
         need = m40_cuda_attention_workspace(1, 4, s.max_pos, 64);
         CHECK(need > 0, "no workspace for a 3000-position context");
-        CHECK(m40_cuda_attention_workspace(64, 4, 127, 64) == 0,
+        CHECK(m40_cuda_attention_workspace(64, 4, 31, 64) == 0,
               "workspace for contexts of one split");
         {
                 const struct m40_cuda_kv kv = kv_of(&c, &s);
