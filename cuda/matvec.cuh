@@ -44,8 +44,9 @@
 
 #define MV_THREADS 256
 /* k_matvec blocks per SM its register budget keeps room for: 3 for the 32-element 4/5-bit
- * types (MV_MINB_Q; their fused-epilogue kernels otherwise take registers enough to
- * fit only 2), 2 for the rest (MV_MINB, MV_MINB_Q8). Same-run A/B of batch-1 decode
+ * types at batch 1 (MV_MINB_Q; their fused-epilogue kernels otherwise take registers
+ * enough to fit only 2; at batch 8 the cap cost more than it gave: 8B Q4_0 b8 621 ->
+ * 479 tok/s with it), 2 for the rest (MV_MINB, MV_MINB_Q8). Same-run A/B of batch-1 decode
  * (H100), 2 -> 3: 8B Q4_0 314 -> 330 and 327 -> 342 tok/s, 1B Q4_0 1216 -> 1282, 1B
  * Q4_1 1262 -> 1252 (noise); Q8_0 mixed (8B 246 -> 249, 1B 1042 -> 1025), the K types
  * lost (8B Q4_K_M 258 -> 247; 4 blocks: 210). Knobs for A/B builds, as MV_WPS. */
@@ -406,10 +407,10 @@ template <int T, int NB> struct mv_unroll {
         enum { U = NB == 1 && (T == M40_GGML_Q4_K || T == M40_GGML_Q5_K) ? 2 : 1 };
 };
 
-template <int T> struct mv_minb {
+template <int T, int NB> struct mv_minb {
         enum {
-                V = T == M40_GGML_Q4_0 || T == M40_GGML_Q4_1 || T == M40_GGML_Q5_0 ||
-                                    T == M40_GGML_Q5_1
+                V = NB == 1 && (T == M40_GGML_Q4_0 || T == M40_GGML_Q4_1 || T == M40_GGML_Q5_0 ||
+                                T == M40_GGML_Q5_1)
                             ? MV_MINB_Q
                     : T == M40_GGML_Q8_0 ? MV_MINB_Q8
                                          : MV_MINB
@@ -424,7 +425,7 @@ template <int T> struct mv_minb {
  * mv_rope; R even). The plain kernel has none of their code (compiled into every launch,
  * it cost the quantized kernels 10-20% of their bandwidth on an H100). */
 template <int T, int NB, int R, bool VEC, int MODE, int U>
-static __global__ void __launch_bounds__(MV_THREADS, mv_minb<T>::V)
+static __global__ void __launch_bounds__(MV_THREADS, mv_minb<T, NB>::V)
         k_matvec(const struct mv_mats mm, size_t row_bytes, int n_in, const float *__restrict__ x,
                  int ldx, int nb, int split_log2)
 {
