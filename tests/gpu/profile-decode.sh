@@ -9,7 +9,11 @@
 # generating A and B tokens, and
 # prints the difference divided by B - A: GPU time per decode token, per kernel,
 # largest first, with its share. ncu serializes kernels, so the sum is GPU busy time
-# without launch gaps: compare it with 1 / (tokens/s) of m40-bench for the gaps.
+# without launch gaps: compare it with 1 / (tokens/s) of m40-bench for the gaps. It ranks
+# kernels; it does not predict what removing a small one gains: ncu times each kernel
+# alone, and a kernel of a few microseconds costs several times less inside the step's
+# graph (k_rope_store: 2.8 us per call here, 0.8 us per layer saved when it was fused
+# away). Measure such changes with tests/bench/ab-variants.sh or m40-bench.
 # Environment: BUILD (default build-gpu), NCU (default ncu on PATH, else
 # /usr/local/cuda/bin/ncu), A and B (default 3 and 11).
 set -uo pipefail
