@@ -43,21 +43,31 @@
 #include "cuda/quant.cuh"
 
 #define MV_THREADS 256
-/* k_matvec blocks per SM its register budget keeps room for: 3 for the 32-element 4/5-bit
- * types at batch 1 (MV_MINB_Q; their fused-epilogue kernels otherwise take registers
- * enough to fit only 2; at batch 8 the cap cost more than it gave: 8B Q4_0 b8 621 ->
- * 479 tok/s with it), 2 for the rest (MV_MINB, MV_MINB_Q8). Same-run A/B of batch-1 decode
- * (H100), 2 -> 3: 8B Q4_0 314 -> 330 and 327 -> 342 tok/s, 1B Q4_0 1216 -> 1282, 1B
- * Q4_1 1262 -> 1252 (noise); Q8_0 mixed (8B 246 -> 249, 1B 1042 -> 1025), the K types
- * lost (8B Q4_K_M 258 -> 247; 4 blocks: 210). Knobs for A/B builds, as MV_WPS. */
+/* k_matvec blocks per SM its register budget keeps room for (64K registers per SM: 4
+ * blocks of 256 threads leave 64 per thread): 4 for the 32-element 4/5-bit types
+ * (MV_MINB_Q) and Q8_0 (MV_MINB_Q8) at batch 1, 2 for the rest (MV_MINB). These
+ * kernels wait on memory far more than they compute, so warps in flight decide their
+ * speed as long as nothing spills. Same-run A/Bs of decode (H100): Q4_0-type cap 3 ->
+ * 4 with two-word pieces (mv_q): 8B Q4_0 326 -> 362 tok/s, 1B Q4_0 1208 -> 1341 (5
+ * blocks spill: 298); at batch 8 the cap cost more than it gave (8B Q4_0 b8 621 ->
+ * 479 at cap 3), hence batch 1 only. Q8_0 cap 2 -> 4: 8B b1 259 -> 271, 1B b1 1042 ->
+ * 1094, 135M b1 1199 -> 1117 (at batch 8 mixed, 8B 234 -> 231, 1B 1226 -> 1314, and
+ * its batch-2 kernels spill at 64 registers: batch 1 only). The K types lost with
+ * more (8B Q4_K_M 258 -> 247 at 3, 210 at 4).
+ * Knobs for A/B builds, as MV_WPS. */
 #ifndef MV_MINB
 #define MV_MINB 2
 #endif
 #ifndef MV_MINB_Q
-#define MV_MINB_Q 3
+#define MV_MINB_Q 4
 #endif
 #ifndef MV_MINB_Q8
-#define MV_MINB_Q8 2
+#define MV_MINB_Q8 4
+#endif
+/* mv_rowp() may hide the rows' start addresses from the compiler (mv_hoist; 0: never),
+ * knob for A/B */
+#ifndef MV_HOIST
+#define MV_HOIST 1
 #endif
 #define MV_WARPS   (MV_THREADS / 32)
 #define MM_THREADS 256
@@ -149,12 +159,27 @@ template <bool TAIL> M40_HD void load_x4(const float *x, int off, int n_in, floa
         v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
 }
 
-/* The R rows' raw bytes of piece p. Rows at or past nrows (1 <= nrows <= R) are not
+/* Whether mv_rowp() hides the row starts from the compiler, for type T at batch NB:
+ * everywhere but the 32-element 4/5-bit types at batch 4 and 8. Same-run A/B (H100)
+ * without -> with: 8B F16 b1 163.8 -> 165.9 tok/s, 1B F16 736 -> 755, 8B Q4_0 b1 350
+ * -> 362, 8B Q4_K_M 265.5 -> 268.5 (1B 986 -> 968), but 8B Q4_0 b8 623 -> 589. */
+template <int T, int NB> struct mv_hoist {
+        enum {
+                V = MV_HOIST && !(NB >= 4 && (T == M40_GGML_Q4_0 || T == M40_GGML_Q4_1 ||
+                                              T == M40_GGML_Q5_0 || T == M40_GGML_Q5_1))
+        };
+};
+
+/* The R rows' starts, for mv_load(). Rows at or past nrows (1 <= nrows <= R) are not
  * read: their slots get row nrows - 1 again, so that the loads and the arithmetic have
- * no branch per row (their sums are never written). */
-template <int T, int R, bool VEC, bool PAIR>
-M40_HD void mv_load(typename qt<T>::raw raw[R], const uint8_t *w, size_t row_bytes, int nrows,
-                    ptrdiff_t hoff, int n_in, int p)
+ * no branch per row (their sums are never written). PAIR: rows r >= R / 2 are the
+ * second half's, hoff bytes after the first's. OPAQUE: each start is hidden from the
+ * compiler, which otherwise folds it back into every load's address and recomputes
+ * row * row_bytes + offset per piece (~4 integer instructions a load: a sixth of the
+ * Q4_0 loop). */
+template <int R, bool PAIR, bool OPAQUE>
+M40_HD void mv_rowp(const uint8_t *rp[R], const uint8_t *w, size_t row_bytes, int nrows,
+                    ptrdiff_t hoff)
 {
         enum { H = PAIR ? R / 2 : R };
 
@@ -162,20 +187,48 @@ M40_HD void mv_load(typename qt<T>::raw raw[R], const uint8_t *w, size_t row_byt
         for (int r = 0; r < R; r++) {
                 const int i = r % H;
 
-                qt<T>::template load<VEC>(
-                        raw[r], w + (r >= H ? hoff : 0) + (i < nrows ? i : nrows - 1) * row_bytes,
-                        p, n_in);
+                rp[r] = w + (r >= H ? hoff : 0) + (size_t)(i < nrows ? i : nrows - 1) * row_bytes;
+#ifdef __CUDA_ARCH__
+                if (OPAQUE)
+                        asm("" : "+l"(rp[r]));
+#endif
         }
 }
+
+/* The R rows' raw bytes of piece p (rows from mv_rowp()), decoder Q. */
+template <class Q, int R, bool VEC>
+M40_HD void mv_load(typename Q::raw raw[R], const uint8_t *const rp[R], int n_in, int p)
+{
+        M40_UNROLL
+        for (int r = 0; r < R; r++)
+                Q::template load<VEC>(raw[r], rp[r], p, n_in);
+}
+
+/* The decoder k_matvec uses for type T at batch NB: qt<T>, but two-word pieces
+ * (qt_wide<T>) for the 32-element 4/5-bit types at batch NB <= MV_Q32_WIDE_NB, which
+ * halves the scale work per weight and amortizes each piece's addressing over twice
+ * the weights (Q4_0 at batch 1: 239 instructions per 64 weights against 178 per 32;
+ * sm_90 SASS). Batch 4 and 8 keep one-word pieces: 16 activations per piece and
+ * column no longer fit their register budget (spills). Knob for A/B builds (0: never
+ * wide), as MV_WPS. */
+#ifndef MV_Q32_WIDE_NB
+#define MV_Q32_WIDE_NB 2
+#endif
+template <int T, bool WIDE> struct mv_q_sel : qt<T> {
+};
+template <int T> struct mv_q_sel<T, true> : qt_wide<T> {
+};
+template <int T, int NB> struct mv_q : mv_q_sel<T, NB <= MV_Q32_WIDE_NB> {
+};
 
 /* Piece p of R rows (already loaded) times NB columns, added to acc. Per scale group
  * g: s = sum v * x and, when the type needs it, xs = sum x; then acc += d * s + m * xs
  * (weight = d * v + m, quant.cuh). Activation runs are loaded once for all R rows. */
 template <int T, int NB, int R>
-M40_HD void mv_piece(const typename qt<T>::raw raw[R], int n_in, int p, const float *x, int ldx,
-                     int nb, float acc[R][NB])
+M40_HD void mv_piece(const typename mv_q<T, NB>::raw raw[R], int n_in, int p, const float *x,
+                     int ldx, int nb, float acc[R][NB])
 {
-        typedef qt<T> Q;
+        typedef mv_q<T, NB> Q;
         enum { RPG = Q::NRUN / Q::NG }; /* runs per scale group */
 
         M40_UNROLL
@@ -196,7 +249,7 @@ M40_HD void mv_piece(const typename qt<T>::raw raw[R], int n_in, int p, const fl
 
                         M40_UNROLL
                         for (int c = 0; c < NB; c++) {
-                                if (c < nb) {
+                                if (NB == 1 || c < nb) { /* nb >= 1 */
                                         load_x4<Q::TAIL>(x + c * ldx, xo, n_in, xv[c]);
                                 } else {
                                         xv[c][0] = xv[c][1] = xv[c][2] = xv[c][3] = 0.0f;
@@ -205,7 +258,7 @@ M40_HD void mv_piece(const typename qt<T>::raw raw[R], int n_in, int p, const fl
                                         xs[c] += (xv[c][0] + xv[c][1]) + (xv[c][2] + xv[c][3]);
                         }
                         M40_UNROLL
-                        for (int r = 0; r < R; r++) { /* rows past nrows: see mv_load */
+                        for (int r = 0; r < R; r++) { /* rows past nrows: see mv_rowp */
                                 float v[4];
 
                                 Q::run(raw[r], p, j, v);
@@ -246,14 +299,16 @@ M40_HD void matvec_lane(const uint8_t *w, size_t row_bytes, int nrows, int n_in,
                         float acc[R][NB], ptrdiff_t hoff = 0)
 {
         static_assert(!PAIR || R % 2 == 0, "paired rows come in two halves");
+        const uint8_t *rp[R];
+
+        mv_rowp<R, PAIR, mv_hoist<T, NB>::V>(rp, w, row_bytes, nrows, hoff);
         for (int p = p_begin + lane; p < p_end; p += U * nlanes) {
-                typename qt<T>::raw raw[U][R];
+                typename mv_q<T, NB>::raw raw[U][R];
 
                 M40_UNROLL
                 for (int u = 0; u < U; u++)
                         if (p + u * nlanes < p_end)
-                                mv_load<T, R, VEC, PAIR>(raw[u], w, row_bytes, nrows, hoff, n_in,
-                                                         p + u * nlanes);
+                                mv_load<mv_q<T, NB>, R, VEC>(raw[u], rp, n_in, p + u * nlanes);
                 M40_UNROLL
                 for (int u = 0; u < U; u++)
                         if (p + u * nlanes < p_end)
@@ -407,10 +462,12 @@ template <int T, int NB> struct mv_unroll {
         enum { U = NB == 1 && (T == M40_GGML_Q4_K || T == M40_GGML_Q5_K) ? 2 : 1 };
 };
 
+/* k_matvec's minimum blocks per SM (__launch_bounds__), see MV_MINB */
 template <int T, int NB> struct mv_minb {
         enum {
-                V = NB == 1 && (T == M40_GGML_Q4_0 || T == M40_GGML_Q4_1 || T == M40_GGML_Q5_0 ||
-                                T == M40_GGML_Q5_1)
+                V = NB > 1 ? MV_MINB
+                    : T == M40_GGML_Q4_0 || T == M40_GGML_Q4_1 || T == M40_GGML_Q5_0 ||
+                                    T == M40_GGML_Q5_1
                             ? MV_MINB_Q
                     : T == M40_GGML_Q8_0 ? MV_MINB_Q8
                                          : MV_MINB
@@ -449,7 +506,7 @@ static __global__ void __launch_bounds__(MV_THREADS, mv_minb<T, NB>::V)
         const uint8_t *__restrict__ w = m == 0 ? mm.w[0] : m == 1 ? mm.w[1] : mm.w[2];
         float *__restrict__ y = m == 0 ? mm.y[0] : m == 1 ? mm.y[1] : mm.y[2];
         const int ldy = m == 0 ? mm.ldy[0] : m == 1 ? mm.ldy[1] : mm.ldy[2];
-        const int np = qt<T>::pieces(n_in), steps = (np + 31) >> 5;
+        const int np = mv_q<T, NB>::pieces(n_in), steps = (np + 31) >> 5;
         const int p0 = 32 * ((steps * split) >> split_log2);
         const int p1 = 32 * ((steps * (split + 1)) >> split_log2);
         /* MODES 1-4: lane wr * NB + wc of a group's first warp writes output (wr, wc) */
@@ -725,8 +782,8 @@ static int launch_mv(const struct mv_args *a, int n, int sms, cudaStream_t strea
         mm.rms = a->rms;
         mm.hoff = a->rms_mode == 3 ? (ptrdiff_t)((uintptr_t)a[1].w - (uintptr_t)a[0].w) : 0;
         mm.rope = a->rope;
-        const int sl = mv_split_log2(groups, sms, qt<T>::EPP == 32 ? MV_WPS_K : MV_WPS,
-                                     (qt<T>::pieces(a->n_in) + 31) / 32);
+        const int sl = mv_split_log2(groups, sms, mv_q<T, NB>::EPP == 32 ? MV_WPS_K : MV_WPS,
+                                     (mv_q<T, NB>::pieces(a->n_in) + 31) / 32);
         const long items = (long)groups << sl;
         const unsigned blocks = (unsigned)((items + MV_WARPS - 1) / MV_WARPS);
 
@@ -751,7 +808,7 @@ static int launch_mv(const struct mv_args *a, int n, int sms, cudaStream_t strea
 /* Rows per warp: as many as registers allow (at most 128 per thread, so that two
  * blocks fit an SM of 64K registers), to reuse each activation run for several rows. */
 template <int T, int NB> struct mv_rows {
-        enum { WORDS = sizeof(typename qt<T>::raw) / 4 }; /* registers a piece holds */
+        enum { WORDS = sizeof(typename mv_q<T, NB>::raw) / 4 }; /* registers a piece holds */
         enum {
                 R = NB <= 2   ? (WORDS <= 8 ? 4 : 2)
                     : NB <= 4 ? (WORDS <= 4 ? 4 : 1)

@@ -536,21 +536,26 @@ template <> struct qt<M40_GGML_Q8_0> {
 
 /* The 32-element 4/5-bit types: byte i of qs holds element i (low nibble) and
  * element i + 16 (high nibble); Q5's 5th bit of element i is bit i of qh. Split row:
- * qs[nb][16], then (Q5) qh[nb][4], then d or (d, m)[nb]. Piece p (4 per block): block
- * b = p / 4, quant bytes 4p .. 4p + 3 of the row (word p % 4 of the block's qs), i.e.
- * elements 4(p % 4) + 0..3 (run 0, low nibbles) and 16 + 4(p % 4) + 0..3 (run 1, high):
- * adjacent lanes read adjacent words (128 bytes per warp load) and adjacent activations.
- * (One lane per whole block, 16-byte loads, was measured slower on an H100, 0.39 of copy
- * bandwidth against 0.52: its lanes' activation reads are 128 bytes apart, and the L1
- * then serves a line per lane.) */
-template <int BBYTES, int QH, int OFF, bool HASMIN> struct qt_q32 {
-        enum { EPP = 8, NRUN = 2, NG = 1, XSUM = 1, TAIL = 0, SPLIT = 1, BB = BBYTES };
+ * qs[nb][16], then (Q5) qh[nb][4], then d or (d, m)[nb]. A piece is W (1 or 2) words
+ * of a block's qs, PPB = 4 / W pieces per block: piece p is block b = p / PPB, quant
+ * bytes 4Wp .. 4Wp + 4W - 1 of the row, i.e. elements 4W(p % PPB) + 0 .. 4W - 1 (runs
+ * 0 .. W - 1, low nibbles) and 16 + the same (runs W .. 2W - 1, high): adjacent lanes
+ * read adjacent words and nearly adjacent activations. qt<T> has W = 1 (8 elements, a
+ * scale per 8 weights); the batch-1 matrix-vector kernel takes W = 2 (matvec.cuh,
+ * mv_q<T, NB>: 3.7 instructions per weight instead of 5.6 for Q4_0, for 24 more
+ * registers). (One lane per whole block, 16-byte loads, was measured slower on an
+ * H100, 0.39 of copy bandwidth against 0.52: its lanes' activation reads are 128 bytes
+ * apart, and the L1 then serves a line per lane.) */
+template <int BBYTES, int QH, int OFF, bool HASMIN, int W = 1> struct qt_q32 {
+        static_assert(W == 1 || W == 2, "pieces of one or two words");
+        enum { PPB = 4 / W, PSH = W == 1 ? 2 : 1 }; /* pieces per block, its log2 */
+        enum { EPP = 8 * W, NRUN = 2 * W, NG = 1, XSUM = 1, TAIL = 0, SPLIT = 1, BB = BBYTES };
         struct raw {
-                uint32_t q, qh, dm;
+                uint32_t q[W], qh, dm;
         };
         M40_HD int pieces(int n_in)
         {
-                return n_in >> 3;
+                return n_in >> (3 + W - 1);
         }
         /* 4 bytes at a field start of 4 * k: 4-aligned when the row is (always when the
          * block size is a multiple of 4). */
@@ -571,10 +576,22 @@ template <int BBYTES, int QH, int OFF, bool HASMIN> struct qt_q32 {
                 }
                 *dm = HASMIN ? ld4<A4>(t + 4 * b) : ld_u16(t + 2 * b);
         }
+        /* VEC: the row is 16-byte aligned, so a piece is 4W-byte aligned */
         template <bool VEC> M40_HD void load(raw &r, const uint8_t *row, int p, int n_in)
         {
-                r.q = ld4<VEC>(row + 4 * p);
-                ld_meta<VEC>(row, p >> 2, n_in >> 5, &r.qh, &r.dm);
+                const uint8_t *q = row + 4 * W * p;
+
+                if (VEC && W == 2) {
+                        const uint2 u = ld_u64(q);
+
+                        r.q[0] = u.x;
+                        r.q[W - 1] = u.y; /* W - 1 is 1 here */
+                } else {
+                        M40_UNROLL
+                        for (int i = 0; i < W; i++)
+                                r.q[i] = ld4<VEC>(q + 4 * i);
+                }
+                ld_meta<VEC>(row, p >> PSH, n_in >> 5, &r.qh, &r.dm);
         }
         enum { S = QH ? 2 : 3 }; /* 5- or 4-bit quants, see nib_f4() */
         M40_HD void scale(const raw &r, int, int, float *d, float *m)
@@ -583,19 +600,20 @@ template <int BBYTES, int QH, int OFF, bool HASMIN> struct qt_q32 {
         }
         M40_HD void run(const raw &r, int p, int j, float v[4])
         {
+                const uint32_t w = r.q[j % W];
                 uint32_t q;
 
-                if (QH)
-                        q = ((j ? HI4(r.q) : LO4(r.q)) |
-                             spread4((r.qh >> (4 * (p & 3) + 16 * j)) & 0xF))
+                if (QH) /* the run's 5th bits: bits xoff(p, j) % 32 + 0..3 of qh */
+                        q = ((j >= W ? HI4(w) : LO4(w)) |
+                             spread4((r.qh >> (xoff(p, j) & 31)) & 0xF))
                             << 2;
                 else
-                        q = j ? HI4S(r.q) : LO4S(r.q);
+                        q = j >= W ? HI4S(w) : LO4S(w);
                 nib_f4(q, v);
         }
         M40_HD int xoff(int p, int j)
         {
-                return 32 * (p >> 2) + 4 * (p & 3) + 16 * j;
+                return 32 * (p >> PSH) + 4 * W * (p & (PPB - 1)) + 4 * (j % W) + (j >= W ? 16 : 0);
         }
         M40_HD void deq8(const uint8_t *row, int k0, int n_in, float w[8])
         {
@@ -623,6 +641,19 @@ template <> struct qt<M40_GGML_Q4_1> : qt_q32<20, 0, 0, true> {
 template <> struct qt<M40_GGML_Q5_0> : qt_q32<22, 1, 16, false> {
 };
 template <> struct qt<M40_GGML_Q5_1> : qt_q32<24, 1, 0, true> {
+};
+
+/* The same four types with two-word pieces (W = 2), for matvec.cuh's small batches;
+ * every other type is its qt<T>. */
+template <int T> struct qt_wide : qt<T> {
+};
+template <> struct qt_wide<M40_GGML_Q4_0> : qt_q32<18, 0, 8, false, 2> {
+};
+template <> struct qt_wide<M40_GGML_Q4_1> : qt_q32<20, 0, 0, true, 2> {
+};
+template <> struct qt_wide<M40_GGML_Q5_0> : qt_q32<22, 1, 16, false, 2> {
+};
+template <> struct qt_wide<M40_GGML_Q5_1> : qt_q32<24, 1, 0, true, 2> {
 };
 
 /* Q4_K and Q5_K (256 elements: d, dmin, 12 scale bytes, [qh 32,] qs 128): groups of 64

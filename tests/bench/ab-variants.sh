@@ -153,7 +153,7 @@ for ((r = 0; r < ROUNDS; r++)); do
                         fi
                         line=$(python3 -c 'import json, sys
 d = json.load(open(sys.argv[1]))
-print(" ".join("%d:%.1f" % (x["batch"], x["tok_s"]) for x in d.get("decode", [])))' "$json")
+print(" ".join("%d:%.1f" % (x["batch"], x["tok_s"]) for x in d["model"]["decode"]))' "$json")
                         echo "round $((r + 1)) $m $n $line" | tee -a "$OUT/runs"
                         [ -n "$line" ] || failed=1
                 done

@@ -90,7 +90,7 @@ template <int T, int NB, bool VEC> static void check(int n_in, int n_out, int nb
                         }
                 }
 
-        const int np = qt<T>::pieces(n_in), steps = (np + 31) >> 5;
+        const int np = mv_q<T, NB>::pieces(n_in), steps = (np + 31) >> 5;
         for (int r0 = 0; r0 < n_out; r0 += R) {
                 const int nrows = n_out - r0 < R ? n_out - r0 : R;
                 double tot[R][NB] = {};
