@@ -12,6 +12,7 @@
  * layout those kernels read (m40_cuda_relayout()). */
 #include "cuda/cuda_forward.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <math.h>
 #include <stdbool.h>
@@ -42,6 +43,12 @@ struct dlayer {
 #define FWD_GRAPH_MAX_TOKENS 64
 #define FWD_GRAPHS           16
 #define FWD_GRAPH_POS        128
+/* The fewest tokens of a one-sequence step whose attention takes the query-tile kernel
+ * (ops.h, m40_cuda_attention_prompt()); below it, m40_cuda_attention(), whose splits of
+ * long contexts serve a few tokens better. Not below FWD_GRAPH_MAX_TOKENS: a captured
+ * graph must not depend on whether a step's tokens are of one sequence. */
+#define FWD_PROMPT_ATTN_MIN 64
+static_assert(FWD_PROMPT_ATTN_MIN >= FWD_GRAPH_MAX_TOKENS, "graphs take the general kernel");
 
 struct m40_cuda_fwd {
         const struct m40_model *m;
@@ -75,6 +82,7 @@ struct m40_cuda_fwd {
         } graphs[FWD_GRAPHS];
         uint32_t n_graphs;
         bool no_graphs; /* a capture failed: launch directly from then on */
+        bool one_seq;   /* the step's tokens are all of one sequence (pack()) */
 };
 
 static size_t ld4(size_t n)
@@ -572,7 +580,7 @@ static int layer(struct m40_cuda_fwd *f, const struct dlayer *l, const struct dl
         float *const y[3] = {f->q, f->k, f->v};
         const size_t ldy[3] = {f->ld_q, f->ld_kv, f->ld_kv};
         cudaStream_t s = f->stream;
-        int r;
+        int r, attn;
 
         /* small steps without q/k/v biases: the products, RoPE and the KV append in one
          * launch; else the products (and biases), then the RoPE/KV kernel */
@@ -590,9 +598,17 @@ static int layer(struct m40_cuda_fwd *f, const struct dlayer *l, const struct dl
                       : m40_cuda_rope_store(&rope, kv, f->q, f->ld_q, f->k, f->v, f->ld_kv,
                                             m->n_heads, m->n_kv_heads, m->head_dim, T, s);
         }
-        r = r ? r
-              : m40_cuda_attention(kv, f->q, f->ld_q, f->att, f->ld_q, m->n_heads, m->n_kv_heads,
-                                   m->head_dim, scale, T, max_pos, f->attn_ws, f->attn_ws_bytes, s);
+        /* steps of many tokens of one sequence (prompts): attention in query tiles, when
+         * the shape is one it takes */
+        attn = -ENOTSUP;
+        if (!r && f->one_seq && T >= FWD_PROMPT_ATTN_MIN)
+                attn = m40_cuda_attention_prompt(kv, f->q, f->ld_q, f->att, f->ld_q, m->n_heads,
+                                                 m->n_kv_heads, m->head_dim, scale, T, s);
+        if (!r && attn == -ENOTSUP)
+                attn = m40_cuda_attention(kv, f->q, f->ld_q, f->att, f->ld_q, m->n_heads,
+                                          m->n_kv_heads, m->head_dim, scale, T, max_pos, f->attn_ws,
+                                          f->attn_ws_bytes, s);
+        r = r ? r : attn;
         r = r ? r : mm_add(f, &l->wo, f->att, f->ld_q, T, l->ffn_norm);
         r = r ? r : ffn_in(f, l, T);
         r = r ? r : mm_add(f, &l->down, f->gate, f->ld_ff, T, next ? next->attn_norm : NULL);
@@ -608,6 +624,7 @@ static int64_t pack(struct m40_cuda_fwd *f, const struct m40_fwd_tok *toks, uint
         uint32_t *pos = (uint32_t *)(idx + 2 * f->max_rows), *tbl = pos + f->max_tokens;
         uint32_t *pages = tbl + f->max_tokens, used = 0, max_pos = 0;
 
+        f->one_seq = true;
         for (uint32_t t = 0; t < n; t++) {
                 const struct m40_kv_table *kt = toks[t].kv;
 
@@ -621,6 +638,7 @@ static int64_t pack(struct m40_cuda_fwd *f, const struct m40_fwd_tok *toks, uint
                         tbl[t] = tbl[t - 1];
                         continue;
                 }
+                f->one_seq = !t; /* a second table */
                 if (kt->n_pages > f->max_tbl - used)
                         return -E2BIG;
                 memcpy(pages + used, kt->pages, (size_t)kt->n_pages * sizeof(uint32_t));

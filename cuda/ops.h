@@ -107,6 +107,17 @@ int m40_cuda_attention(const struct m40_cuda_kv *kv, const float *q, size_t ldq,
                        float scale, uint32_t n_tok, uint32_t max_pos, void *ws, size_t ws_bytes,
                        struct CUstream_st *stream);
 
+/* m40_cuda_attention_prompt - m40_cuda_attention() for tokens of one sequence (a prompt
+ * chunk: kv->tbl[t] is the same for every t; this reads tbl[0] only), in tiles of
+ * queries that read each K/V row once per tile instead of once per token: for steps of
+ * many tokens (cuda_forward.c: 64 and more). No workspace. -ENOTSUP, with nothing
+ * launched, for shapes it does not take (head_dim not 32, 64, 96 or 128, more than 16
+ * query heads per KV head, KV rows not 16-byte aligned): m40_cuda_attention() does the
+ * same work; -EINVAL for arguments that one rejects too. */
+int m40_cuda_attention_prompt(const struct m40_cuda_kv *kv, const float *q, size_t ldq, float *out,
+                              size_t ldo, uint32_t n_heads, uint32_t n_kv_heads, uint32_t head_dim,
+                              float scale, uint32_t n_tok, struct CUstream_st *stream);
+
 /* m40_cuda_attention_workspace - the workspace bytes that m40_cuda_attention() needs for
  * any call with at most n_tok tokens, positions up to max_pos, n_heads query heads of
  * head_dim (any n_kv_heads): 0 when no such call splits (max_pos < 32). */

@@ -69,10 +69,22 @@ static uint64_t seed;
 static int quick;
 
 /* The worst error seen per kernel (in the kernel's measure) and outputs checked. */
-enum { OP_EMBED, OP_RMSNORM, OP_ADD, OP_BIAS, OP_SWIGLU, OP_ROPE, OP_ATTN, OP_ARGMAX, OP_COUNT };
-static const char *const op_name[OP_COUNT] = {"embed",  "rmsnorm",    "add",       "bias",
-                                              "swiglu", "rope_store", "attention", "argmax"};
-static const double op_bound[OP_COUNT] = {2e-6, 1e-5, 0, 0, 1e-5, 0, 1e-5, 0};
+enum {
+        OP_EMBED,
+        OP_RMSNORM,
+        OP_ADD,
+        OP_BIAS,
+        OP_SWIGLU,
+        OP_ROPE,
+        OP_ATTN,
+        OP_ATTN_PROMPT,
+        OP_ARGMAX,
+        OP_COUNT
+};
+static const char *const op_name[OP_COUNT] = {"embed",     "rmsnorm",     "add",
+                                              "bias",      "swiglu",      "rope_store",
+                                              "attention", "attn_prompt", "argmax"};
+static const double op_bound[OP_COUNT] = {2e-6, 1e-5, 0, 0, 1e-5, 0, 1e-5, 1e-5, 0};
 static double worst[OP_COUNT];
 static uint64_t checked[OP_COUNT];
 
@@ -818,8 +830,10 @@ static void attn_case(uint32_t n_heads, uint32_t n_kv, uint32_t hd, uint32_t pag
         uint32_t n_pages = 0, max_ctx = 0, dctx[64];
         struct cache c = {0};
         struct step s = {0};
-        float *q = NULL, *out = NULL, *out2 = NULL, *ref = NULL, *sc = NULL, *dq = NULL,
-              *dout = NULL;
+        float *q = NULL, *out = NULL, *out2 = NULL, *out3 = NULL, *ref = NULL, *sc = NULL,
+              *dq = NULL, *dout = NULL;
+        const float *outs[2];
+        int n_outs = 1;
         double *mag = NULL;
         unsigned *cnt = NULL;
         void *ws = NULL;
@@ -845,10 +859,11 @@ static void attn_case(uint32_t n_heads, uint32_t n_kv, uint32_t hd, uint32_t pag
         q = malloc(sizeof(float) * ldq * s.n_tok);
         out = host_poison(n_out);
         out2 = host_poison(n_out);
+        out3 = host_poison(n_out);
         ref = malloc(sizeof(float) * hd);
         sc = malloc(sizeof(float) * max_ctx);
         mag = malloc(sizeof(double) * hd);
-        if (!q || !out || !out2 || !ref || !sc || !mag) {
+        if (!q || !out || !out2 || !out3 || !ref || !sc || !mag) {
                 fail("out of host memory");
                 goto out;
         }
@@ -894,9 +909,32 @@ static void attn_case(uint32_t n_heads, uint32_t n_kv, uint32_t hd, uint32_t pag
         }
         if (memcmp(out, out2, sizeof(float) * n_out))
                 fail("%s: a second identical call gave other results", what);
+        outs[0] = out;
+        /* one sequence's tokens: the query-tile kernel as well, on a poisoned out; it takes
+         * head_dim 32/64/96/128 with at most 16 query heads per KV head, and says
+         * -ENOTSUP for the rest */
+        if (n_seq == 1) {
+                const struct m40_cuda_kv kv = kv_of(&c, &s);
+                const int takes = hd % 32 == 0 && hd <= 128 && group <= 16;
+                int r;
+
+                if (cudaMemset(dout, 0xff, sizeof(float) * n_out) != cudaSuccess)
+                        goto out;
+                r = m40_cuda_attention_prompt(&kv, dq, ldq, dout, ldo, n_heads, n_kv, hd, scale,
+                                              s.n_tok, NULL);
+                if (r == -ENOTSUP && !takes) {
+                        /* not its shape: m40_cuda_attention() alone */
+                } else if (r || !takes) {
+                        fail("%s: attention_prompt returned %d (%s shape)", what, r,
+                             takes ? "a supported" : "an unsupported");
+                } else if (dget(out3, dout, sizeof(float) * n_out, what)) {
+                        goto out;
+                } else {
+                        outs[n_outs++] = out3;
+                }
+        }
         for (uint32_t t = 0; t <= s.n_tok && bad < 3; t++)
                 for (uint32_t h = 0; h <= n_heads && bad < 3; h++) {
-                        const float *got = out + (size_t)t * ldo + (size_t)h * hd;
                         const uint32_t *table = t < s.n_tok ? s.pages + s.tbl[t] : NULL;
 
                         if (t == s.n_tok || h == n_heads) { /* guard row, guard columns */
@@ -904,14 +942,20 @@ static void attn_case(uint32_t n_heads, uint32_t n_kv, uint32_t hd, uint32_t pag
                                                        : h == n_heads ? ldo - (size_t)n_heads * hd
                                                                       : 0;
 
-                                for (size_t i = 0; i < n_guard; i++)
-                                        if (!is_poison(got[i])) {
-                                                fail("%s: wrote outside out at row %u column "
-                                                     "%zu",
-                                                     what, t, (size_t)h * hd + i);
-                                                bad++;
-                                                break;
-                                        }
+                                for (int k = 0; k < n_outs; k++) {
+                                        const float *got =
+                                                outs[k] + (size_t)t * ldo + (size_t)h * hd;
+
+                                        for (size_t i = 0; i < n_guard; i++)
+                                                if (!is_poison(got[i])) {
+                                                        fail("%s%s: wrote outside out at row %u "
+                                                             "column %zu",
+                                                             what, k ? " (query tiles)" : "", t,
+                                                             (size_t)h * hd + i);
+                                                        bad++;
+                                                        break;
+                                                }
+                                }
                                 continue;
                         }
                         const struct m40_kv_view v = {
@@ -943,18 +987,23 @@ static void attn_case(uint32_t n_heads, uint32_t n_kv, uint32_t hd, uint32_t pag
                                         mag[i] += (double)sc[p] * sp *
                                                   fabs(m40_cpu_f16_to_f32(vp[i]));
                         }
-                        for (uint32_t i = 0; i < hd && bad < 3; i++) {
-                                const double e = fabs((double)got[i] - ref[i]) /
-                                                 (mag[i] > 0.0 ? mag[i] : 1e-30);
+                        for (int k = 0; k < n_outs; k++) {
+                                const float *got = outs[k] + (size_t)t * ldo + (size_t)h * hd;
 
-                                if (!(e <= op_bound[OP_ATTN])) {
-                                        fail("%s: out[%u][%u * %u + %u] (pos %u) = %.9g, "
-                                             "reference %.9g (error %.3g of sum w|v|(1+S) %.4g)",
-                                             what, t, h, hd, i, s.pos[t], got[i], ref[i], e,
-                                             mag[i]);
-                                        bad++;
+                                for (uint32_t i = 0; i < hd && bad < 3; i++) {
+                                        const double e = fabs((double)got[i] - ref[i]) /
+                                                         (mag[i] > 0.0 ? mag[i] : 1e-30);
+
+                                        if (!(e <= op_bound[OP_ATTN])) {
+                                                fail("%s%s: out[%u][%u * %u + %u] (pos %u) = "
+                                                     "%.9g, reference %.9g (error %.3g of sum "
+                                                     "w|v|(1+S) %.4g)",
+                                                     what, k ? " (query tiles)" : "", t, h, hd, i,
+                                                     s.pos[t], got[i], ref[i], e, mag[i]);
+                                                bad++;
+                                        }
+                                        note(k ? OP_ATTN_PROMPT : OP_ATTN, e);
                                 }
-                                note(OP_ATTN, e);
                         }
                 }
 out:
@@ -966,6 +1015,7 @@ out:
         free(q);
         free(out);
         free(out2);
+        free(out3);
         free(ref);
         free(sc);
         free(mag);
@@ -992,9 +1042,12 @@ static void attn_shape(uint32_t n_heads, uint32_t n_kv, uint32_t hd, uint32_t pt
                 n_new[i] = 1;
         }
         attn_case(n_heads, n_kv, hd, pt, 5, ctx, n_new, 1, qs);
-        /* causal prefill: one chunk of a sequence, then two sequences in one step */
+        /* causal prefill: one chunk of a sequence, a whole prompt from position 0, then
+         * two sequences in one step */
         ctx[0] = 37 + rnd(quick ? 300 : 1200);
         n_new[0] = 1 + rnd(quick ? 9 : 37);
+        attn_case(n_heads, n_kv, hd, pt, 1, ctx, n_new, 0, qs);
+        ctx[0] = n_new[0] = 1 + rnd(quick ? 70 : 200);
         attn_case(n_heads, n_kv, hd, pt, 1, ctx, n_new, 0, qs);
         ctx[0] = 200 + rnd(300);
         n_new[0] = 17;
