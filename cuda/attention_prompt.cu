@@ -17,8 +17,10 @@
  * online softmax per row (running max m, sum l in double, accumulators rescaled when m
  * grows), and each thread adds the weighted V to its HD / AP_GROUP output dims (4
  * consecutive dims every 32). Positions past a row's own pos score -inf. Shared memory:
- * (AP_ROWS + 2 AP_KT) * HD floats + padding: 41 KB for HD 128. Deterministic: fixed
- * orders, no atomics.
+ * (AP_ROWS + 2 AP_KT) * HD floats + padding: 41 KB for HD 128. The next tile's K/V loads
+ * (and the pages of the one after) are issued before this tile's math and land in
+ * registers, so a tile costs its math or its load latency, not both. Deterministic: fixed
+ * orders; the one atomic, in shared memory, only finds the largest position.
  * Tolerance: as m40_cuda_attention() (attention.cu): FP32 dot products and sums in
  * another order, expf's ulps, the rescaling; tests/gpu/test_ops.c holds both kernels to
  * the same bound. Maxwell-clean: f16 only converted, FP32/FP64 math, warp shuffles,
@@ -65,6 +67,43 @@ static __device__ __forceinline__ void h8(const uint4 u, float *f)
         }
 }
 
+/* The page of position p (0 past last: not read). */
+static __device__ __forceinline__ uint32_t ap_page(const struct m40_cuda_kv &kv, uint32_t tbl,
+                                                   uint32_t p, uint32_t last)
+{
+        return p <= last ? kv.pages[tbl + p / kv.page_tokens] : 0;
+}
+
+/* Element offset of position p's K row (page pg) for KV head kvh of HD dims. */
+static __device__ __forceinline__ size_t ap_off(const struct m40_cuda_kv &kv, uint32_t pg,
+                                                uint32_t p, uint32_t kvh, int hd)
+{
+        return (size_t)pg * kv.page_elems +
+               ((size_t)kv.layer * kv.page_tokens + p % kv.page_tokens) * kv.kv_dim +
+               (size_t)kvh * hd;
+}
+
+/* This thread's 16-byte pieces of the K and V rows of tile p0 (koff: the rows' offsets),
+ * zeros past last. */
+template <int HD, int CPT>
+static __device__ __forceinline__ void ap_load(const struct m40_cuda_kv &kv, const size_t *koff,
+                                               uint32_t p0, uint32_t last, uint4 *kr, uint4 *vr)
+{
+#pragma unroll
+        for (int i = 0; i < CPT; i++) {
+                const int c = threadIdx.x + i * AP_THREADS, pi = c / (HD / 8), dc = c % (HD / 8);
+
+                if (p0 + pi <= last) {
+                        const uint16_t *k = kv.base + koff[pi] + 8 * dc;
+
+                        kr[i] = __ldg((const uint4 *)k);
+                        vr[i] = __ldg((const uint4 *)(k + kv.v_off));
+                } else {
+                        kr[i] = vr[i] = make_uint4(0, 0, 0, 0);
+                }
+        }
+}
+
 template <int HD>
 static __global__ void __launch_bounds__(AP_THREADS)
         k_attn_prompt(const struct m40_cuda_kv kv, const struct ap_args a)
@@ -85,7 +124,8 @@ static __global__ void __launch_bounds__(AP_THREADS)
         const uint32_t h = kvh * a.group + g;
         const uint32_t mypos = valid ? kv.pos[t] : 0;
         const uint32_t tbl = kv.tbl[0]; /* one sequence: every token's table */
-        const size_t lay = (size_t)kv.layer * kv.page_tokens;
+        uint4 kr[CPT], vr[CPT]; /* the next tile's K and V, in flight during this one's math */
+        uint32_t pg = 0;        /* tid < AP_KT: the page of position tid of the tile after */
         float o[DPT][4];
         float m = -INFINITY;
         double l = 0.0;
@@ -107,45 +147,32 @@ static __global__ void __launch_bounds__(AP_THREADS)
         __syncthreads();
         const uint32_t last = maxp;
 
+        /* tile 0's rows and loads; tile 1's pages */
+        if (tid < AP_KT) {
+                koff[tid] = ap_off(kv, ap_page(kv, tbl, tid, last), tid, kvh, HD);
+                pg = ap_page(kv, tbl, AP_KT + tid, last);
+        }
+        __syncthreads();
+        ap_load<HD, CPT>(kv, koff, 0, last, kr, vr);
+
         for (uint32_t p0 = 0; p0 <= last; p0 += AP_KT) {
+                const uint32_t pn = p0 + AP_KT; /* the next tile */
+
                 __syncthreads(); /* the previous tile's readers are done */
-                if (tid < AP_KT) {
-                        const uint32_t p = p0 + tid;
+#pragma unroll
+                for (int i = 0; i < CPT; i++) {
+                        const int c = tid + i * AP_THREADS, pi = c / (HD / 8), dc = c % (HD / 8);
 
-                        koff[tid] = p <= last ? (size_t)kv.pages[tbl + p / kv.page_tokens] *
-                                                                kv.page_elems +
-                                                        (lay + p % kv.page_tokens) * kv.kv_dim +
-                                                        (size_t)kvh * HD
-                                              : 0;
+                        h8(kr[i], &ks[pi][8 * dc]);
+                        h8(vr[i], &vs[pi][8 * dc]);
+                }
+                if (tid < AP_KT && pn <= last) { /* the next tile's rows, the pages after */
+                        koff[tid] = ap_off(kv, pg, pn + tid, kvh, HD);
+                        pg = ap_page(kv, tbl, pn + AP_KT + tid, last);
                 }
                 __syncthreads();
-                {
-                        uint4 kr[CPT], vr[CPT];
-
-#pragma unroll
-                        for (int i = 0; i < CPT; i++) {
-                                const int c = tid + i * AP_THREADS, pi = c / (HD / 8),
-                                          dc = c % (HD / 8);
-
-                                if (p0 + pi <= last) {
-                                        const uint16_t *k = kv.base + koff[pi] + 8 * dc;
-
-                                        kr[i] = __ldg((const uint4 *)k);
-                                        vr[i] = __ldg((const uint4 *)(k + kv.v_off));
-                                } else {
-                                        kr[i] = vr[i] = make_uint4(0, 0, 0, 0);
-                                }
-                        }
-#pragma unroll
-                        for (int i = 0; i < CPT; i++) {
-                                const int c = tid + i * AP_THREADS, pi = c / (HD / 8),
-                                          dc = c % (HD / 8);
-
-                                h8(kr[i], &ks[pi][8 * dc]);
-                                h8(vr[i], &vs[pi][8 * dc]);
-                        }
-                }
-                __syncthreads();
+                if (pn <= last)
+                        ap_load<HD, CPT>(kv, koff, pn, last, kr, vr);
 
                 /* scores of positions p0 + j + 8k, k < AP_SPT */
                 float s[AP_SPT];
