@@ -1,6 +1,7 @@
 /* tests/gpu/gputest.h - what the GPU test programs share: failure counting, a seeded
- * random source, opening GPU 0 or skipping (exit 77) where there is none, and putting
- * uploaded GGML rows into the kernels' device layout.
+ * random source, opening GPU 0 or skipping (exit 77) where there is none, device copies
+ * (poisoned or of host data) and downloads, and putting uploaded GGML rows into the
+ * kernels' device layout.
  *
  * Header-only (static functions); each test program includes it once. */
 #ifndef M40_TESTS_GPUTEST_H
@@ -123,6 +124,34 @@ static inline int dev_relayout(void *dev, uint32_t type, uint32_t n_in, uint32_t
                 fail("relayout of a %ux%u matrix of type %u: %s %s", n_out, n_in, type,
                      m40_strerror(r), m40_cuda_last_error());
         return r ? -1 : 0;
+}
+
+/* dput - a device copy of n bytes of h (h NULL: poisoned); NULL after a failure. */
+static inline void *dput(const void *h, size_t n)
+{
+        void *d = NULL;
+
+        if (cudaMalloc(&d, n ? n : 1) != cudaSuccess) {
+                fail("cudaMalloc(%zu): %s", n, cudaGetErrorString(cudaGetLastError()));
+                return NULL;
+        }
+        if ((h ? cudaMemcpy(d, h, n, cudaMemcpyHostToDevice) : cudaMemset(d, 0xff, n)) !=
+            cudaSuccess) {
+                fail("upload: %s", cudaGetErrorString(cudaGetLastError()));
+                cudaFree(d);
+                return NULL;
+        }
+        return d;
+}
+
+static inline int dget(void *h, const void *d, size_t n, const char *what)
+{
+        if (cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost) != cudaSuccess) {
+                fail("%s: kernel or download failed: %s", what,
+                     cudaGetErrorString(cudaGetLastError()));
+                return -1;
+        }
+        return 0;
 }
 
 static inline int finish(void)

@@ -427,20 +427,6 @@ out:
 /* Outputs and cache elements compared, per type. */
 static uint64_t qkv_checked[MAX_TYPES];
 
-/* A device copy of n host bytes, or NULL after fail(). */
-static void *dev_copy(const void *h, size_t n)
-{
-        void *d = NULL;
-
-        if (cudaMalloc(&d, n ? n : 1) != cudaSuccess ||
-            cudaMemcpy(d, h, n, cudaMemcpyHostToDevice) != cudaSuccess) {
-                fail("device copy of %zu bytes: %s", n, cudaGetErrorString(cudaGetLastError()));
-                cudaFree(d);
-                return NULL;
-        }
-        return d;
-}
-
 /* Download n bytes of d and of e and count the bytes where they differ (-1 after fail()
  * when a copy failed); *first gets the first differing 4-byte (or 2-byte) unit. */
 static long diff_dev(const void *d, const void *e, size_t n, size_t unit, size_t *first)
@@ -521,16 +507,16 @@ static void qkv_case(int ti, const struct mat *ms, uint32_t hd, uint32_t n_rot, 
                 for (int c = 0; c < 8; c++)
                         parts[b][c] = (float)(n_in * (0.2 + rng_unit(&seed)) / RMS_PARTS);
         memset(hy, 0xff, sizeof(float) * ldq * (batch + 1));
-        if (!(dx = dev_copy(hx, sizeof(float) * ldx * batch)) ||
-            !(dcs = dev_copy(hcs, sizeof(float) * MAX_CTX * n_rot)) ||
-            !(dpos = dev_copy(pos, sizeof(pos))) || !(dtbl = dev_copy(tbl, sizeof(tbl))) ||
-            !(dpages = dev_copy(pages, sizeof(uint32_t) * n_pages)) ||
-            !(dpart = dev_copy(parts, sizeof(parts))) || !(dcount = dev_copy(&np, sizeof(np))) ||
-            !(cache[0] = dev_copy(hc, cache_bytes)) || !(cache[1] = dev_copy(hc, cache_bytes)))
+        if (!(dx = dput(hx, sizeof(float) * ldx * batch)) ||
+            !(dcs = dput(hcs, sizeof(float) * MAX_CTX * n_rot)) ||
+            !(dpos = dput(pos, sizeof(pos))) || !(dtbl = dput(tbl, sizeof(tbl))) ||
+            !(dpages = dput(pages, sizeof(uint32_t) * n_pages)) ||
+            !(dpart = dput(parts, sizeof(parts))) || !(dcount = dput(&np, sizeof(np))) ||
+            !(cache[0] = dput(hc, cache_bytes)) || !(cache[1] = dput(hc, cache_bytes)))
                 goto out;
         for (int a = 0; a < 2; a++)
                 for (int i = 0; i < 3; i++)
-                        if (!(y[a][i] = dev_copy(hy, sizeof(float) * ny[i])))
+                        if (!(y[a][i] = dput(hy, sizeof(float) * ny[i])))
                                 goto out;
         for (int i = 0; i < 3; i++)
                 w[i] = mat_view(&ms[i]);
