@@ -313,7 +313,8 @@ __global__ void __launch_bounds__(ATTN_THREADS)
         const __half *vb = kb + kv.v_off;
         float *qs = sh, *sc = sh + nh * hd;
         __half *vs = (__half *)(sh + pl.hb * (hd + ATTN_TILE)); /* VT */
-        const __half2 *ks = (const __half2 *)(vs + ATTN_TILE * hd);
+        __half *kt = vs + ATTN_TILE * hd; /* VT: the tile's K rows, written by the block */
+        const __half2 *ks = (const __half2 *)kt;
         float acc[ATTN_HB][DPT];
 
         static_assert(!VT || (DPT == 1 && VEC == 2), "VT: head_dim <= 128, half2 K rows");
@@ -373,7 +374,7 @@ __global__ void __launch_bounds__(ATTN_THREADS)
                                 const int e = tid + k * ATTN_THREADS;
 
                                 if (e < n * cpr)
-                                        ((uint4 *)(vs + ATTN_TILE * hd))[e] = kbuf[k];
+                                        ((uint4 *)kt)[e] = kbuf[k];
                         }
                         __syncthreads();
                 }

@@ -224,11 +224,11 @@ extern "C" int m40_cuda_matvec_add(const struct m40_cuda_matrix *w, const float 
  * mode (1, 3 or 4) into a[0], which carries them for the launch. */
 static void rms_consumer(struct mv_args *a, const struct m40_cuda_rms *rms, int mode)
 {
+        const size_t slots = rms->partial_bytes / (MV_NB_MAX * sizeof(float));
+
         a->rms.ss_part = rms->partial;
         a->rms.ss_count = rms->count;
-        a->rms.ss_cap = (unsigned)(rms->partial_bytes / (MV_NB_MAX * sizeof(float)) < UINT_MAX
-                                           ? rms->partial_bytes / (MV_NB_MAX * sizeof(float))
-                                           : UINT_MAX);
+        a->rms.ss_cap = slots < UINT_MAX ? (unsigned)slots : UINT_MAX;
         a->rms.eps = rms->eps;
         a->rms_mode = mode;
 }

@@ -417,6 +417,7 @@ static __device__ void rms_scale(const struct mv_rms &rm, int nb, int n, float s
 struct rope_pre {
         float co, si;
         size_t off;
+        bool rot; /* q or k, and the row is below n_rot in its head */
 };
 
 static __device__ __forceinline__ void rope_prefetch(const struct mv_rope &rp, int m, int o, int c,
@@ -428,7 +429,8 @@ static __device__ __forceinline__ void rope_prefetch(const struct mv_rope &rp, i
 
         p.co = p.si = 0.0f;
         p.off = 0;
-        if (m < 2 && i < rp.n_rot) { /* pair i / 2: x0 = row 2 (i / 2), x1 the next */
+        p.rot = m < 2 && i < rp.n_rot;
+        if (p.rot) { /* pair i / 2: x0 = row 2 (i / 2), x1 the next */
                 const float *cs = rp.cs + (size_t)pos * rp.n_rot + (i & ~1);
 
                 p.co = cs[0];
@@ -446,7 +448,7 @@ static __device__ __forceinline__ void rope_prefetch(const struct mv_rope &rp, i
 static __device__ __forceinline__ float rope_store_row(const struct mv_rope &rp, const rope_pre &p,
                                                        int m, int o, float v, float vp)
 {
-        if (m < 2 && o % rp.hd < rp.n_rot)
+        if (p.rot)
                 v = o & 1 ? __fadd_rn(__fmul_rn(vp, p.si), __fmul_rn(v, p.co))
                           : __fsub_rn(__fmul_rn(v, p.co), __fmul_rn(vp, p.si));
         if (m >= 1)
