@@ -541,9 +541,9 @@ template <> struct qt<M40_GGML_Q8_0> {
  * bytes 4Wp .. 4Wp + 4W - 1 of the row, i.e. elements 4W(p % PPB) + 0 .. 4W - 1 (runs
  * 0 .. W - 1, low nibbles) and 16 + the same (runs W .. 2W - 1, high): adjacent lanes
  * read adjacent words and nearly adjacent activations. qt<T> has W = 1 (8 elements, a
- * scale per 8 weights); the batch-1 matrix-vector kernel takes W = 2 (matvec.cuh,
- * mv_q<T, NB>: 3.7 instructions per weight instead of 5.6 for Q4_0, for 24 more
- * registers). (One lane per whole block, 16-byte loads, was measured slower on an
+ * scale per 8 weights); the matrix-vector kernel takes W = 2 at batch 1 and 2
+ * (matvec.cuh, mv_q<T, NB>: Q4_0's loop 3.7 sm_90 instructions per weight instead of
+ * 5.6, in more registers). (One lane per whole block, 16-byte loads, was measured slower on an
  * H100, 0.39 of copy bandwidth against 0.52: its lanes' activation reads are 128 bytes
  * apart, and the L1 then serves a line per lane.) */
 template <int BBYTES, int QH, int OFF, bool HASMIN, int W = 1> struct qt_q32 {
