@@ -13,6 +13,9 @@
 #   SHAPE:TYPE  m40-mkmodel presets and types, as tests/bench/run-model-bench.sh takes.
 # Options:
 #   --batches LIST  decode batches to time (m40-bench --batches; default 1)
+#   --prefill N     also time a prefill of one N-token prompt (m40-bench --prefill;
+#                   default 0, none): the summary adds its tokens/s as column "pf" and
+#                   its fraction of the SGEMM rate on the same shapes
 #   --rounds N      passes over all models and variants (default 1); the order of the
 #                   variants rotates every round, and the summary gives each figure's
 #                   median over the rounds
@@ -24,11 +27,12 @@
 # Builds every variant (m40-bench and m40-mkmodel only) side by side in parallel
 # (NVCC_APPEND_FLAGS carries FLAGS into each nvcc call; a build folder made with other
 # flags is wiped first), makes each model once with the first variant's m40-mkmodel
-# (--random-blocks), then runs m40-bench --model FILE --no-load --prefill 0 for every
-# model and variant in turn, so that the variants of one model are timed minutes apart
-# on the same machine: the only way to compare changes of a few percent (separate runs
-# of the same code differ by 1-2%). Prints one line per run and a summary table: decode
-# tokens/s per batch for each model and variant, and its ratio to the first variant.
+# (--random-blocks), then runs m40-bench --model FILE --no-load --prefill N (0 without
+# --prefill) for every model and variant in turn, so that the variants of one model are
+# timed minutes apart on the same machine: the only way to compare changes of a few
+# percent (separate runs of the same code differ by 1-2%). Prints one line per run and a
+# summary table: decode (and prefill) tokens/s for each model and variant, and its ratio
+# to the first variant.
 # The caller sources .devdeps/use.sh first where the build needs it.
 # Exit status: 0 when every variant built and every run gave a figure, 1 otherwise,
 # 2 for a usage error.
@@ -41,6 +45,7 @@ usage() {
 }
 
 BATCHES=1
+PREFILL=0
 ROUNDS=1
 PREFIX=build-ab-
 MODEL_DIR=build-ab-models
@@ -49,6 +54,7 @@ models=()
 while [ "$#" -gt 0 ]; do
         case $1 in
         --batches) BATCHES=${2:?--batches needs a list}; shift 2 ;;
+        --prefill) PREFILL=${2:?--prefill needs a token count}; shift 2 ;;
         --rounds) ROUNDS=${2:?--rounds needs a count}; shift 2 ;;
         --prefix) PREFIX=${2:?--prefix needs a value}; shift 2 ;;
         --model-dir) MODEL_DIR=${2:?--model-dir needs a folder}; shift 2 ;;
@@ -63,6 +69,7 @@ if [ "${#variants[@]}" -lt 1 ] || [ "${#models[@]}" -lt 1 ]; then
         exit 2
 fi
 [[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "$0: --rounds takes a positive count" >&2; exit 2; }
+[[ $PREFILL =~ ^[0-9]+$ ]] || { echo "$0: --prefill takes a token count" >&2; exit 2; }
 [[ $BATCHES =~ ^[0-9]+(,[0-9]+)*$ ]] || { echo "$0: --batches takes a list like 1,8" >&2; exit 2; }
 names=()
 for v in "${variants[@]}"; do
@@ -146,7 +153,7 @@ for ((r = 0; r < ROUNDS; r++)); do
                         n=${built[$(((k + r) % ${#built[@]}))]}
                         json=$OUT/run.json
                         rm -f "$json"
-                        if ! "$PREFIX$n/tests/bench/m40-bench" --model "$file" --no-load --prefill 0 \
+                        if ! "$PREFIX$n/tests/bench/m40-bench" --model "$file" --no-load --prefill "$PREFILL" \
                                 --batches "$BATCHES" --quiet --output "$json" >/dev/null 2>"$OUT/run.err"; then
                                 echo "round $((r + 1)) $m $n: m40-bench failed: $(tail -n 1 "$OUT/run.err")"
                                 failed=1
@@ -154,14 +161,19 @@ for ((r = 0; r < ROUNDS; r++)); do
                         fi
                         line=$(python3 -c 'import json, sys
 d = json.load(open(sys.argv[1]))
-print(" ".join("%d:%.1f" % (x["batch"], x["tok_s"]) for x in d["model"]["decode"]))' "$json")
+m = d["model"]
+w = ["%d:%.1f" % (x["batch"], x["tok_s"]) for x in m["decode"]]
+p = m.get("prefill")
+if p:
+    w += ["pf:%.1f" % p["tok_s"]] + (["sg:%.4f" % p["of_sgemm"]] if "of_sgemm" in p else [])
+print(" ".join(w))' "$json")
                         echo "round $((r + 1)) $m $n $line" | tee -a "$OUT/runs"
                         [ -n "$line" ] || failed=1
                 done
         done
 done
 
-echo "=== decode tok/s, median over $ROUNDS round(s); (x) = ratio to variant ${built[0]}"
+echo "=== decode (b) and prefill (pf) tok/s, prefill/SGEMM (sg), median over $ROUNDS round(s); (x) = ratio to variant ${built[0]}"
 [ -f "$OUT/runs" ] && python3 - "$OUT/runs" "${built[0]}" <<'PY'
 import collections, statistics, sys
 runs = collections.defaultdict(list)
@@ -173,21 +185,26 @@ for line in open(sys.argv[1]):
     order_v += [v] if v not in order_v else []
     for p in w[4:]:
         b, t = p.split(":")
-        runs[(m, v, int(b))].append(float(t))
-        batches.add(int(b))
+        b = int(b) if b.isdigit() else b
+        runs[(m, v, b)].append(float(t))
+        batches.add(b)
 base = sys.argv[2]
 for m in order_m:
     for v in order_v:
         cells = []
-        for b in sorted(batches):
+        for b in sorted(batches, key=lambda b: (isinstance(b, str), str(b).zfill(3))):
+            name = f"b{b}" if isinstance(b, int) else b
             t = runs.get((m, v, b))
             if not t:
-                cells.append(f"b{b} -")
+                cells.append(f"{name} -")
                 continue
             med = statistics.median(t)
+            if b == "sg":
+                cells.append(f"sg {med:.3f}")
+                continue
             ref = runs.get((m, base, b))
             ratio = f" ({med / statistics.median(ref):.3f})" if ref else ""
-            cells.append(f"b{b} {med:9.1f}{ratio}")
+            cells.append(f"{name} {med:9.1f}{ratio}")
         print(f"{m:12} {v:10} " + "   ".join(cells))
 PY
 exit "$failed"

@@ -2,7 +2,8 @@
  * (greedy tokens and logits against the CPU engine's float32 specification, M40_ACT_F32)
  * and the device sampler (cuda/sample.h) end to end.
  *
- * Greedy, for each GGUF named on the command line: one sequence and a batch of four
+ * Greedy, for each GGUF named on the command line: one sequence of 20 tokens, one of 100
+ * (its prompt one step of one sequence: the query-tiled prompt attention) and a batch of four
  * sequences admitted together (prompts of 1, 5, 70 and 150 tokens: decode and prefill in
  * one step, a prompt split across steps by max_batch_tokens 128; steps of 128 and 101
  * tokens, which take the prefill GEMM of cuda/gemm.h (64 tokens or more); the batch keeps
@@ -179,7 +180,10 @@ static void one_model(const char *path, uint32_t n_gen)
                 .act = M40_ACT_F32,
         };
         const char *name = base_name(path);
-        const uint32_t single[] = {20}, batch[] = {1, 5, 70, 150};
+        /* one sequence of 20 tokens (graph steps), one of 100 (a 100-token step of one
+         * sequence: the query-tiled m40_cuda_attention_prompt()) */
+        const uint32_t single[] = {20, 100}, batch[] = {1, 5, 70, 150};
+        const char *single_what[] = {"single", "long"};
         struct m40_engine *cpu = NULL, *gpu = NULL;
         struct m40_engine_model mi;
         static struct run rc, rg;
@@ -198,14 +202,18 @@ static void one_model(const char *path, uint32_t n_gen)
                 return;
         }
         m40_engine_model(gpu, &mi);
-        r = drive(cpu, 1, 0, single, n_gen, false, mi.n_vocab, &rc);
-        r = r ? r : drive(gpu, 1, 0, single, n_gen, false, mi.n_vocab, &rg);
-        if (r)
-                fail("%s single: %d (%s) %s", name, r, m40_strerror(r), m40_cuda_last_error());
-        else
-                compare(cpu, name, "single", 1, single, &rc, &rg, false, mi.n_vocab);
-        free_run(&rc);
-        free_run(&rg);
+        for (int i = 0; i < 2; i++) {
+                r = drive(cpu, 1, 0, &single[i], n_gen, false, mi.n_vocab, &rc);
+                r = r ? r : drive(gpu, 1, 0, &single[i], n_gen, false, mi.n_vocab, &rg);
+                if (r)
+                        fail("%s %s: %d (%s) %s", name, single_what[i], r, m40_strerror(r),
+                             m40_cuda_last_error());
+                else
+                        compare(cpu, name, single_what[i], 1, &single[i], &rc, &rg, false,
+                                mi.n_vocab);
+                free_run(&rc);
+                free_run(&rg);
+        }
         r = drive(cpu, MAX_SEQS, 0, batch, n_gen, true, mi.n_vocab, &rc);
         r = r ? r : drive(gpu, MAX_SEQS, 0, batch, n_gen, true, mi.n_vocab, &rg);
         if (r)
