@@ -316,7 +316,7 @@ static void test_attention(void)
         /* n_heads, n_kv, hd, page_tokens, big: GQA group 1, 2, 3, 4, 7, 8, 10, 12; head_dim
          * 32, 64, 128, 256, ragged 80 / 96 (V tiles through shared memory up to 128), 50
          * (even, not a multiple of 8: V from global memory) / 47 (odd: the scalar K path)
-         * and the largest, 512. Racecheck (quick 2) takes 64 (query tiles of 64 positions),
+         * and the largest, 512. Racecheck (quick 2) takes 64 (two groups in the query tiles),
          * 128, 80 and 47. */
         static const uint32_t shapes[][5] = {
                 {4, 4, 64, 16, 1},   {8, 4, 128, 16, 1},  {9, 3, 64, 16, 0},  {16, 4, 64, 32, 0},
