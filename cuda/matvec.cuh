@@ -635,14 +635,15 @@ static int launch_mv(const struct mv_args *a, int n, int sms, cudaStream_t strea
 }
 
 /* Rows per warp: as many as registers allow (at most 128 per thread, so that two
- * blocks fit an SM of 64K registers), to reuse each activation run for several rows. */
+ * blocks fit an SM of 64K registers), to reuse each activation run for several rows;
+ * at least 2 at every batch. With 1 for pieces of more than 4 words (F32, Q8_0, the K
+ * types) at batch 3..8, the fused SwiGLU and q/k/v+RoPE launches, which pair rows, fell
+ * back to separate ones, and same-run A/Bs (H100) 1 -> 2 gave at batch 8 8B Q8_0 234 ->
+ * 428 tok/s, 8B Q4_K_M 244 -> 424, 1B Q8_0 1225 -> 2153, 135M Q8_0 3944 -> 5118; at
+ * batch 4 8B Q8_0 222 -> 391, 8B Q4_K_M 245 -> 442, 1B Q8_0 1110 -> 1869. */
 template <int T, int NB> struct mv_rows {
         enum { WORDS = sizeof(typename mv_q<T, NB>::raw) / 4 }; /* registers a piece holds */
-        enum {
-                R = NB <= 2   ? (WORDS <= 8 ? 4 : 2)
-                    : NB <= 4 ? (WORDS <= 4 ? 4 : 1)
-                              : (WORDS <= 4 ? 2 : 1)
-        };
+        enum { R = NB <= 2 ? (WORDS <= 8 ? 4 : 2) : NB <= 4 && WORDS <= 4 ? 4 : 2 };
 };
 
 /* The rows per warp k_matvec takes for type T at batch nb (1..8). */

@@ -591,7 +591,7 @@ out:
  * against the CPU: the rms-in column above, rope_store in test_ops): short rows (no
  * warp splits a row: the epilogue's register path), 135M's head layout, and head_dim 50
  * with partial rotation (llama pairs fused; NEOX pairs take the two calls), batches 1..8
- * (types whose kernel takes one row per warp at a batch also take the two calls). */
+ * (every type's kernel takes 2 or more rows per warp at every batch: all fused). */
 static void run_qkv_rope(int ti, int quick)
 {
         static const uint32_t batches[] = {1, 2, 3, 5, 8};
