@@ -260,6 +260,48 @@ M40_HD void mv_piece(const typename mv_q<T, NB>::raw raw[R], int n_in, int p, co
  * its own lane/piece split and reduces acc itself. (Loading the next piece before
  * computing this one, U = 2, costs most types more warps per SM than the overlap
  * gains; the K types gain: see mv_unroll.) */
+/* The meta fields (scales) of R rows' piece p, for types whose pieces keep them apart
+ * (Q::META, quant.cuh), and the rest of the piece; for the other types the whole piece
+ * is the rest. */
+template <class Q, int R, bool VEC, bool META = Q::META> struct mv_split_load {
+        M40_HD void meta(typename Q::raw raw[R], const uint8_t *const rp[R], int n_in, int p)
+        {
+                M40_UNROLL
+                for (int r = 0; r < R; r++)
+                        Q::template load_meta<VEC>(raw[r], rp[r], p, n_in);
+        }
+        M40_HD void body(typename Q::raw raw[R], const uint8_t *const rp[R], int n_in, int p)
+        {
+                M40_UNROLL
+                for (int r = 0; r < R; r++)
+                        Q::template load_body<VEC>(raw[r], rp[r], p, n_in);
+        }
+};
+template <class Q, int R, bool VEC> struct mv_split_load<Q, R, VEC, false> {
+        M40_HD void meta(typename Q::raw[R], const uint8_t *const[R], int, int)
+        {
+        }
+        M40_HD void body(typename Q::raw raw[R], const uint8_t *const rp[R], int n_in, int p)
+        {
+                mv_load<Q, R, VEC>(raw, rp, n_in, p);
+        }
+};
+
+/* Whether matvec_lane() reads a piece's meta fields (scales) one piece ahead, with the
+ * quants of the piece before: for Q4_0 and Q4_1 at batch 1. Left to the compiler, the
+ * scale loads of the 64-register kernels came after the products had begun (sm_90
+ * SASS), a second memory round trip per piece. Same-run A/B (H100), ahead against not:
+ * 8B Q4_0 b1 365.6 -> 377.0 tok/s, 1B Q4_0 b1 1345.9 -> 1374.5; but at batch 8 8B Q4_0
+ * 630.4 -> 614.3 and at batch 1 8B Q8_0 265.1 -> 257.6, 1B Q8_0 1093.8 -> 1060.1 (its
+ * fused-epilogue kernels then spill), and 8B Q4_K_M (Q6_K) unchanged: hence those two
+ * types at batch 1 only. MV_META_AHEAD 0 turns it off (knob for A/B builds). */
+#ifndef MV_META_AHEAD
+#define MV_META_AHEAD 1
+#endif
+template <int T, int NB> struct mv_ahead {
+        enum { V = MV_META_AHEAD && NB == 1 && (T == M40_GGML_Q4_0 || T == M40_GGML_Q4_1) };
+};
+
 template <int T, int NB, int R, bool VEC, int U = 1, bool PAIR = false>
 M40_HD void matvec_lane(const uint8_t *w, size_t row_bytes, int nrows, int n_in, int p_begin,
                         int p_end, int lane, int nlanes, const float *x, int ldx, int nb,
@@ -269,6 +311,26 @@ M40_HD void matvec_lane(const uint8_t *w, size_t row_bytes, int nrows, int n_in,
         const uint8_t *rp[R];
 
         mv_rowp<R, PAIR, mv_hoist<T, NB>::V>(rp, w, row_bytes, nrows, hoff);
+        if (mv_ahead<T, NB>::V && mv_q<T, NB>::META && U == 1) { /* see mv_ahead */
+                typedef mv_split_load<mv_q<T, NB>, R, VEC> L;
+                typename mv_q<T, NB>::raw next[R];
+                int p = p_begin + lane;
+
+                if (p < p_end)
+                        L::meta(next, rp, n_in, p);
+                for (; p < p_end; p += nlanes) {
+                        typename mv_q<T, NB>::raw raw[R];
+
+                        M40_UNROLL
+                        for (int r = 0; r < R; r++)
+                                raw[r] = next[r];
+                        L::body(raw, rp, n_in, p);
+                        if (p + nlanes < p_end)
+                                L::meta(next, rp, n_in, p + nlanes);
+                        mv_piece<T, NB, R>(raw, n_in, p, x, ldx, nb, acc);
+                }
+                return;
+        }
         for (int p = p_begin + lane; p < p_end; p += U * nlanes) {
                 typename mv_q<T, NB>::raw raw[U][R];
 
@@ -283,12 +345,16 @@ M40_HD void matvec_lane(const uint8_t *w, size_t row_bytes, int nrows, int n_in,
         }
 }
 
-/* Pieces a lane loads before it computes them (matvec_lane's U): 2 for the 4/5-bit K
- * types at batch 1, whose long pieces leave registers for a second (H100, 4096x14336:
- * Q4_K 0.37 -> 0.41 of copy bandwidth, Q5_K 0.36 -> 0.44), 1 for the rest, which it
- * made slower (Q4_0 0.50 -> 0.45, F16 0.88 -> 0.84: fewer warps fit an SM). */
+/* Pieces a lane loads before it computes them (matvec_lane's U): 1. Two made most types
+ * slower (Q4_0 0.50 -> 0.45 of copy bandwidth, F16 0.88 -> 0.84: fewer warps fit an
+ * SM; 8B Q8_0 decode 267 -> 254 tok/s), and the K types, which gained from it at 2
+ * rows per warp (4096x14336: Q4_K 0.37 -> 0.41), gain more from 4 rows and U = 1 (see
+ * mv_rows). Knob for A/B builds. */
+#ifndef MV_U_K
+#define MV_U_K 1 /* mv_unroll's U for the 4/5-bit K types at batch 1 (knob for A/B) */
+#endif
 template <int T, int NB> struct mv_unroll {
-        enum { U = NB == 1 && (T == M40_GGML_Q4_K || T == M40_GGML_Q5_K) ? 2 : 1 };
+        enum { U = NB == 1 && (T == M40_GGML_Q4_K || T == M40_GGML_Q5_K) ? MV_U_K : 1 };
 };
 
 /* k_matvec's minimum blocks per SM (__launch_bounds__), see MV_MINB */
@@ -365,36 +431,36 @@ static __global__ void __launch_bounds__(MV_THREADS, mv_minb<T, NB>::V)
                 matvec_lane<T, NB, R, VEC, U, MODE == 3>(w + (size_t)row0 * row_bytes, row_bytes,
                                                          nrows, n_in, p0, p1 < np ? p1 : np, lane,
                                                          32, x, ldx, nb, acc, mm.hoff);
-        warp_sum<R * NB>(&acc[0][0]);
+        /* the R x NB sums, scattered: lane i < R * NB gets sum i = (r, c) = (i / NB, i %
+         * NB) (sum(i) reads it from any lane) */
+        enum { NS = R * NB, SSH = 5 - mv_log2<NS>::V };
+        static_assert(NS <= 32, "k_matvec: at most 32 sums per warp");
+        const float tot = warp_sum_scatter<NS>(&acc[0][0]);
+#define sum(i) __shfl_sync(0xffffffffu, tot, ((i) & (NS - 1)) << SSH)
+        const float mysum = sum(lane);
 
         if (MODE == 0) {
                 if (split_log2 == 0) { /* the same for the whole grid: no barrier is skipped */
-#pragma unroll
-                        for (int r = 0; r < R; r++)
-#pragma unroll
-                                for (int c = 0; c < NB; c++)
-                                        if (lane == r * NB + c && r < nrows && c < nb)
-                                                y[(size_t)c * ldy + row0 + r] =
-                                                        mm.add ? y[(size_t)c * ldy + row0 + r] +
-                                                                         acc[r][c]
-                                                               : acc[r][c];
+                        const int r = lane / NB, c = lane % NB;
+
+                        if (lane < NS && r < nrows && c < nb)
+                                y[(size_t)c * ldy + row0 + r] =
+                                        mm.add ? y[(size_t)c * ldy + row0 + r] + mysum : mysum;
                         return;
                 }
-                if (lane == 0)
-#pragma unroll
-                        for (int i = 0; i < R * NB; i++)
-                                part[warp][i] = (&acc[0][0])[i];
+                if (lane < NS)
+                        part[warp][lane] = mysum;
                 __syncthreads();
-                if (split == 0 && lane < R * NB) {
+                if (split == 0 && lane < NS) {
                         const int r = lane / NB, c = lane % NB;
 
                         if (r < nrows && c < nb) {
-                                float sum = 0.0f;
+                                float total = 0.0f;
 
                                 for (int k = 0; k < (1 << split_log2); k++)
-                                        sum += part[warp + k][lane];
+                                        total += part[warp + k][lane];
                                 y[(size_t)c * ldy + row0 + r] =
-                                        mm.add ? y[(size_t)c * ldy + row0 + r] + sum : sum;
+                                        mm.add ? y[(size_t)c * ldy + row0 + r] + total : total;
                         }
                 }
                 return;
@@ -406,22 +472,14 @@ static __global__ void __launch_bounds__(MV_THREADS, mv_minb<T, NB>::V)
         float v = 0.0f, vu = 0.0f; /* MODE 4: vu is the pair partner's sum (row wr ^ 1) */
 
         if (split_log2 == 0) { /* the same for the whole grid: no barrier below is skipped */
-#pragma unroll
-                for (int r = 0; r < HR; r++)
-#pragma unroll
-                        for (int c = 0; c < NB; c++)
-                                if (lane == r * NB + c) {
-                                        v = acc[r][c];
-                                        if (MODE == 3)
-                                                vu = acc[r + HR][c];
-                                        if (MODE == 4)
-                                                vu = acc[r ^ 1][c];
-                                }
+                v = mysum;
+                if (MODE == 3)
+                        vu = sum(lane + HR * NB);
+                if (MODE == 4)
+                        vu = sum(lane ^ NB);
         } else {
-                if (lane == 0)
-#pragma unroll
-                        for (int i = 0; i < R * NB; i++)
-                                part[warp][i] = (&acc[0][0])[i];
+                if (lane < NS)
+                        part[warp][lane] = mysum;
                 __syncthreads();
                 if (mine)
                         for (int k = 0; k < (1 << split_log2); k++) {
@@ -432,6 +490,7 @@ static __global__ void __launch_bounds__(MV_THREADS, mv_minb<T, NB>::V)
                                         vu += part[warp + k][lane ^ NB];
                         }
         }
+#undef sum
         if (MODE == 1 || MODE == 3 || MODE == 4)
                 rms_scale<NB>(mm.rms, nb, n_in, scl, rpre);
         if (mine) {
@@ -636,14 +695,31 @@ static int launch_mv(const struct mv_args *a, int n, int sms, cudaStream_t strea
 
 /* Rows per warp: as many as registers allow (at most 128 per thread, so that two
  * blocks fit an SM of 64K registers), to reuse each activation run for several rows;
- * at least 2 at every batch. With 1 for pieces of more than 4 words (F32, Q8_0, the K
+ * at least 2 at every batch. The activations are most of what a lane reads through L1
+ * (ncu, H100, 4096x128256 at batch 1: 4.6 (Q4_0) and 8.3 (Q4_K) times the weight
+ * bytes; Q4_K's L1 88% busy, DRAM 42%), so the K types take 4 rows at batch 1, not 2
+ * with U = 2: same-run A/B 8B Q4_K_M 267.6 -> 315.9 tok/s (1B Q4_K_M: 1110 against
+ * 991 at dc74036, separate runs). The short-piece types stay at 4: 8 (2 blocks per SM instead of 4)
+ * gave 8B Q4_0 367.9 -> 349.5, 8B Q8_0 266.4 -> 259.8, 1B Q4_0 1352 -> 1312, and 16
+ * spills. With 1 for pieces of more than 4 words (F32, Q8_0, the K
  * types) at batch 3..8, the fused SwiGLU and q/k/v+RoPE launches, which pair rows, fell
  * back to separate ones, and same-run A/Bs (H100) 1 -> 2 gave at batch 8 8B Q8_0 234 ->
  * 428 tok/s, 8B Q4_K_M 244 -> 424, 1B Q8_0 1225 -> 2153, 135M Q8_0 3944 -> 5118; at
  * batch 4 8B Q8_0 222 -> 391, 8B Q4_K_M 245 -> 442, 1B Q8_0 1110 -> 1869. */
+#ifndef MV_R1
+#define MV_R1 4 /* rows per warp at batch 1, pieces of at most 8 words (knob for A/B) */
+#endif
+#ifndef MV_R1_K
+#define MV_R1_K 4 /* the same for longer pieces (the K types) */
+#endif
 template <int T, int NB> struct mv_rows {
         enum { WORDS = sizeof(typename mv_q<T, NB>::raw) / 4 }; /* registers a piece holds */
-        enum { R = NB <= 2 ? (WORDS <= 8 ? 4 : 2) : NB <= 4 && WORDS <= 4 ? 4 : 2 };
+        enum {
+                R = NB == 1                 ? (WORDS <= 8 ? MV_R1 : MV_R1_K)
+                    : NB <= 2               ? (WORDS <= 8 ? 4 : 2)
+                    : NB <= 4 && WORDS <= 4 ? 4
+                                            : 2
+        };
 };
 
 /* The rows per warp k_matvec takes for type T at batch nb (1..8). */
