@@ -293,8 +293,10 @@ template <class Q, int R, bool VEC> struct mv_split_load<Q, R, VEC, false> {
  * SASS), a second memory round trip per piece. Same-run A/B (H100), ahead against not:
  * 8B Q4_0 b1 365.6 -> 377.0 tok/s, 1B Q4_0 b1 1345.9 -> 1374.5; but at batch 8 8B Q4_0
  * 630.4 -> 614.3 and at batch 1 8B Q8_0 265.1 -> 257.6, 1B Q8_0 1093.8 -> 1060.1 (its
- * fused-epilogue kernels then spill), and 8B Q4_K_M (Q6_K) unchanged: hence those two
- * types at batch 1 only. MV_META_AHEAD 0 turns it off (knob for A/B builds). */
+ * fused-epilogue kernels then spill; with 3 blocks per SM instead of 4, so that they do
+ * not: 8B Q8_0 265.6 -> 253.5, as 3 blocks alone, 253.2), and 8B Q4_K_M (Q6_K)
+ * unchanged: hence those two types at batch 1 only. MV_META_AHEAD 0 turns it off
+ * (knob for A/B builds). */
 #ifndef MV_META_AHEAD
 #define MV_META_AHEAD 1
 #endif
@@ -329,19 +331,21 @@ M40_HD void matvec_lane(const uint8_t *w, size_t row_bytes, int nrows, int n_in,
                                 L::meta(next, rp, n_in, p + nlanes);
                         mv_piece<T, NB, R>(raw, n_in, p, x, ldx, nb, acc);
                 }
-                return;
-        }
-        for (int p = p_begin + lane; p < p_end; p += U * nlanes) {
-                typename mv_q<T, NB>::raw raw[U][R];
+        } else {
+                for (int p = p_begin + lane; p < p_end; p += U * nlanes) {
+                        typename mv_q<T, NB>::raw raw[U][R];
 
-                M40_UNROLL
-                for (int u = 0; u < U; u++)
-                        if (p + u * nlanes < p_end)
-                                mv_load<mv_q<T, NB>, R, VEC>(raw[u], rp, n_in, p + u * nlanes);
-                M40_UNROLL
-                for (int u = 0; u < U; u++)
-                        if (p + u * nlanes < p_end)
-                                mv_piece<T, NB, R>(raw[u], n_in, p + u * nlanes, x, ldx, nb, acc);
+                        M40_UNROLL
+                        for (int u = 0; u < U; u++)
+                                if (p + u * nlanes < p_end)
+                                        mv_load<mv_q<T, NB>, R, VEC>(raw[u], rp, n_in,
+                                                                     p + u * nlanes);
+                        M40_UNROLL
+                        for (int u = 0; u < U; u++)
+                                if (p + u * nlanes < p_end)
+                                        mv_piece<T, NB, R>(raw[u], n_in, p + u * nlanes, x, ldx, nb,
+                                                           acc);
+                }
         }
 }
 
