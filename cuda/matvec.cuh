@@ -251,15 +251,6 @@ M40_HD void mv_piece(const typename mv_q<T, NB>::raw raw[R], int n_in, int p, co
         }
 }
 
-/* matvec_lane - the inner loop: one lane's share of R rows times NB columns.
- * Rows w + r * row_bytes for r < nrows (<= R); pieces p_begin + lane, + nlanes, ...
- * below p_end; adds to acc[r][c] for c < nb (<= NB); acc[r] of r >= nrows gets row
- * nrows - 1's sums again, for the caller to drop. PAIR: two halves of R / 2 rows, the
- * second hoff bytes after the first (gate and up rows of the same index), nrows (<= R /
- * 2) counting the rows of a half. A persistent kernel calls it with
- * its own lane/piece split and reduces acc itself. (Loading the next piece before
- * computing this one, U = 2, costs most types more warps per SM than the overlap
- * gains; the K types gain: see mv_unroll.) */
 /* The meta fields (scales) of R rows' piece p, for types whose pieces keep them apart
  * (Q::META, quant.cuh), and the rest of the piece; for the other types the whole piece
  * is the rest. */
@@ -304,6 +295,15 @@ template <int T, int NB> struct mv_ahead {
         enum { V = MV_META_AHEAD && NB == 1 && (T == M40_GGML_Q4_0 || T == M40_GGML_Q4_1) };
 };
 
+/* matvec_lane - the inner loop: one lane's share of R rows times NB columns.
+ * Rows w + r * row_bytes for r < nrows (<= R); pieces p_begin + lane, + nlanes, ...
+ * below p_end; adds to acc[r][c] for c < nb (<= NB); acc[r] of r >= nrows gets row
+ * nrows - 1's sums again, for the caller to drop. PAIR: two halves of R / 2 rows, the
+ * second hoff bytes after the first (gate and up rows of the same index), nrows (<= R /
+ * 2) counting the rows of a half. A persistent kernel calls it with
+ * its own lane/piece split and reduces acc itself. (Loading the next piece before
+ * computing this one, U = 2, costs more warps per SM than the overlap gains: see
+ * mv_unroll; Q4_0 and Q4_1 read only their scales ahead: see mv_ahead.) */
 template <int T, int NB, int R, bool VEC, int U = 1, bool PAIR = false>
 M40_HD void matvec_lane(const uint8_t *w, size_t row_bytes, int nrows, int n_in, int p_begin,
                         int p_end, int lane, int nlanes, const float *x, int ldx, int nb,
@@ -440,7 +440,9 @@ static __global__ void __launch_bounds__(MV_THREADS, mv_minb<T, NB>::V)
         enum { NS = R * NB, SSH = 5 - mv_log2<NS>::V };
         static_assert(NS <= 32, "k_matvec: at most 32 sums per warp");
         const float tot = warp_sum_scatter<NS>(&acc[0][0]);
-#define sum(i) __shfl_sync(0xffffffffu, tot, ((i) & (NS - 1)) << SSH)
+        const auto sum = [tot](int i) {
+                return __shfl_sync(0xffffffffu, tot, (i & (NS - 1)) << SSH);
+        };
         const float mysum = sum(lane);
 
         if (MODE == 0) {
@@ -494,7 +496,6 @@ static __global__ void __launch_bounds__(MV_THREADS, mv_minb<T, NB>::V)
                                         vu += part[warp + k][lane ^ NB];
                         }
         }
-#undef sum
         if (MODE == 1 || MODE == 3 || MODE == 4)
                 rms_scale<NB>(mm.rms, nb, n_in, scl, rpre);
         if (mine) {
