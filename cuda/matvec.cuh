@@ -251,33 +251,6 @@ M40_HD void mv_piece(const typename mv_q<T, NB>::raw raw[R], int n_in, int p, co
         }
 }
 
-/* The meta fields (scales) of R rows' piece p, for types whose pieces keep them apart
- * (Q::META, quant.cuh), and the rest of the piece; for the other types the whole piece
- * is the rest. */
-template <class Q, int R, bool VEC, bool META = Q::META> struct mv_split_load {
-        M40_HD void meta(typename Q::raw raw[R], const uint8_t *const rp[R], int n_in, int p)
-        {
-                M40_UNROLL
-                for (int r = 0; r < R; r++)
-                        Q::template load_meta<VEC>(raw[r], rp[r], p, n_in);
-        }
-        M40_HD void body(typename Q::raw raw[R], const uint8_t *const rp[R], int n_in, int p)
-        {
-                M40_UNROLL
-                for (int r = 0; r < R; r++)
-                        Q::template load_body<VEC>(raw[r], rp[r], p, n_in);
-        }
-};
-template <class Q, int R, bool VEC> struct mv_split_load<Q, R, VEC, false> {
-        M40_HD void meta(typename Q::raw[R], const uint8_t *const[R], int, int)
-        {
-        }
-        M40_HD void body(typename Q::raw raw[R], const uint8_t *const rp[R], int n_in, int p)
-        {
-                mv_load<Q, R, VEC>(raw, rp, n_in, p);
-        }
-};
-
 /* Whether matvec_lane() reads a piece's meta fields (scales) one piece ahead, with the
  * quants of the piece before: for Q4_0 and Q4_1 at batch 1. Left to the compiler, the
  * scale loads of the 64-register kernels came after the products had begun (sm_90
@@ -293,6 +266,63 @@ template <class Q, int R, bool VEC> struct mv_split_load<Q, R, VEC, false> {
 #endif
 template <int T, int NB> struct mv_ahead {
         enum { V = MV_META_AHEAD && NB == 1 && (T == M40_GGML_Q4_0 || T == M40_GGML_Q4_1) };
+};
+
+/* matvec_lane()'s loop over a lane's pieces p_begin + lane, + nlanes, ... below p_end:
+ * U pieces loaded, then computed, at a time; with AHEAD (mv_ahead, U = 1), each piece's
+ * scales loaded with the quants of the piece before. */
+template <int T, int NB, int R, bool VEC, int U, bool AHEAD = mv_ahead<T, NB>::V> struct mv_pieces {
+        M40_HD void run(const uint8_t *const rp[R], int n_in, int p_begin, int p_end, int lane,
+                        int nlanes, const float *x, int ldx, int nb, float acc[R][NB])
+        {
+                for (int p = p_begin + lane; p < p_end; p += U * nlanes) {
+                        typename mv_q<T, NB>::raw raw[U][R];
+
+                        M40_UNROLL
+                        for (int u = 0; u < U; u++)
+                                if (p + u * nlanes < p_end)
+                                        mv_load<mv_q<T, NB>, R, VEC>(raw[u], rp, n_in,
+                                                                     p + u * nlanes);
+                        M40_UNROLL
+                        for (int u = 0; u < U; u++)
+                                if (p + u * nlanes < p_end)
+                                        mv_piece<T, NB, R>(raw[u], n_in, p + u * nlanes, x, ldx, nb,
+                                                           acc);
+                }
+        }
+};
+template <int T, int NB, int R, bool VEC, int U> struct mv_pieces<T, NB, R, VEC, U, true> {
+        static_assert(U == 1, "scales ahead: one piece at a time");
+        typedef mv_q<T, NB> Q;
+        M40_HD void run(const uint8_t *const rp[R], int n_in, int p_begin, int p_end, int lane,
+                        int nlanes, const float *x, int ldx, int nb, float acc[R][NB])
+        {
+                typename Q::raw next[R];
+                int p = p_begin + lane;
+
+                if (p < p_end) {
+                        M40_UNROLL
+                        for (int r = 0; r < R; r++)
+                                Q::template load_meta<VEC>(next[r], rp[r], p, n_in);
+                }
+                for (; p < p_end; p += nlanes) {
+                        typename Q::raw raw[R];
+
+                        M40_UNROLL
+                        for (int r = 0; r < R; r++)
+                                raw[r] = next[r];
+                        M40_UNROLL
+                        for (int r = 0; r < R; r++)
+                                Q::template load_body<VEC>(raw[r], rp[r], p);
+                        if (p + nlanes < p_end) {
+                                M40_UNROLL
+                                for (int r = 0; r < R; r++)
+                                        Q::template load_meta<VEC>(next[r], rp[r], p + nlanes,
+                                                                   n_in);
+                        }
+                        mv_piece<T, NB, R>(raw, n_in, p, x, ldx, nb, acc);
+                }
+        }
 };
 
 /* matvec_lane - the inner loop: one lane's share of R rows times NB columns.
@@ -313,40 +343,7 @@ M40_HD void matvec_lane(const uint8_t *w, size_t row_bytes, int nrows, int n_in,
         const uint8_t *rp[R];
 
         mv_rowp<R, PAIR, mv_hoist<T, NB>::V>(rp, w, row_bytes, nrows, hoff);
-        if (mv_ahead<T, NB>::V && mv_q<T, NB>::META && U == 1) { /* see mv_ahead */
-                typedef mv_split_load<mv_q<T, NB>, R, VEC> L;
-                typename mv_q<T, NB>::raw next[R];
-                int p = p_begin + lane;
-
-                if (p < p_end)
-                        L::meta(next, rp, n_in, p);
-                for (; p < p_end; p += nlanes) {
-                        typename mv_q<T, NB>::raw raw[R];
-
-                        M40_UNROLL
-                        for (int r = 0; r < R; r++)
-                                raw[r] = next[r];
-                        L::body(raw, rp, n_in, p);
-                        if (p + nlanes < p_end)
-                                L::meta(next, rp, n_in, p + nlanes);
-                        mv_piece<T, NB, R>(raw, n_in, p, x, ldx, nb, acc);
-                }
-        } else {
-                for (int p = p_begin + lane; p < p_end; p += U * nlanes) {
-                        typename mv_q<T, NB>::raw raw[U][R];
-
-                        M40_UNROLL
-                        for (int u = 0; u < U; u++)
-                                if (p + u * nlanes < p_end)
-                                        mv_load<mv_q<T, NB>, R, VEC>(raw[u], rp, n_in,
-                                                                     p + u * nlanes);
-                        M40_UNROLL
-                        for (int u = 0; u < U; u++)
-                                if (p + u * nlanes < p_end)
-                                        mv_piece<T, NB, R>(raw[u], n_in, p + u * nlanes, x, ldx, nb,
-                                                           acc);
-                }
-        }
+        mv_pieces<T, NB, R, VEC, U>::run(rp, n_in, p_begin, p_end, lane, nlanes, x, ldx, nb, acc);
 }
 
 /* Pieces a lane loads before it computes them (matvec_lane's U): 1. Two made most types

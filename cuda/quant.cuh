@@ -19,9 +19,9 @@
  *    (`raw`), then read as NRUN runs of 4 elements whose activations are 4 contiguous
  *    floats at xoff(); runs fall into NG scale groups, and weight = d[g] * v + m[g]
  *    (m is 0 unless XSUM: then the kernel needs each group's sum of x as well). The
- *    types whose scales lie apart from their quants (META: the split layouts below)
- *    also load them separately, load_meta() and load_body(), so that the kernel can
- *    read a piece's scales ahead of it (matvec.cuh, mv_ahead).
+ *    32-element 4/5-bit types, whose scales lie apart from their quants in the split
+ *    layout, also load the two separately (load_body(), load_meta()), so that the kernel
+ *    can read a piece's scales ahead of it (matvec.cuh, mv_ahead).
  *  - deq8(): 8 contiguous weights, fully dequantized, for the tiled matrix kernels.
  * Maxwell-clean: byte permutes, shifts, masks and FP32 adds/FMAs only; no __dp4a, no
  * fp16 arithmetic; weight loads go through the read-only path (__ldg). 32-bit integer
@@ -393,7 +393,7 @@ template <int T> struct qt;
  * piece may be partial: what lies past n_in reads as 0). VEC: rows are 16-byte
  * aligned, so whole pieces load as 16-byte vectors. */
 template <> struct qt<M40_GGML_F32> {
-        enum { EPP = 8, NRUN = 2, NG = 1, XSUM = 0, TAIL = 1, SPLIT = 0, ESIZE = 4, META = 0 };
+        enum { EPP = 8, NRUN = 2, NG = 1, XSUM = 0, TAIL = 1, SPLIT = 0, ESIZE = 4 };
         struct raw {
                 float f[8];
         };
@@ -439,7 +439,7 @@ template <> struct qt<M40_GGML_F32> {
 
 /* F16 and BF16 differ only in the conversion. */
 template <bool BF> struct qt_half {
-        enum { EPP = 8, NRUN = 2, NG = 1, XSUM = 0, TAIL = 1, SPLIT = 0, ESIZE = 2, META = 0 };
+        enum { EPP = 8, NRUN = 2, NG = 1, XSUM = 0, TAIL = 1, SPLIT = 0, ESIZE = 2 };
         struct raw {
                 uint32_t h[4]; /* 8 halves */
         };
@@ -498,7 +498,7 @@ template <> struct qt<M40_GGML_BF16> : qt_half<true> {
  * 16-byte aligned rows (H100, 4096x14336: 0.74 of copy bandwidth, against 0.64 for
  * 8-element pieces of GGML blocks and 0.65 for 8-element pieces of split rows). */
 template <> struct qt<M40_GGML_Q8_0> {
-        enum { EPP = 16, NRUN = 4, NG = 1, XSUM = 0, TAIL = 0, SPLIT = 1, BB = 34, META = 1 };
+        enum { EPP = 16, NRUN = 4, NG = 1, XSUM = 0, TAIL = 0, SPLIT = 1, BB = 34 };
         struct raw {
                 uint4 q;
                 uint32_t d;
@@ -507,18 +507,10 @@ template <> struct qt<M40_GGML_Q8_0> {
         {
                 return n_in >> 4;
         }
-        template <bool VEC> M40_HD void load_body(raw &r, const uint8_t *row, int p, int)
-        {
-                r.q = VEC ? ld_u128(row + 16 * p) : ld_u128_a2(row + 16 * p);
-        }
-        template <bool VEC> M40_HD void load_meta(raw &r, const uint8_t *row, int p, int n_in)
-        {
-                r.d = ld_u16(row + 32 * (n_in >> 5) + 2 * (p >> 1));
-        }
         template <bool VEC> M40_HD void load(raw &r, const uint8_t *row, int p, int n_in)
         {
-                load_body<VEC>(r, row, p, n_in);
-                load_meta<VEC>(r, row, p, n_in);
+                r.q = VEC ? ld_u128(row + 16 * p) : ld_u128_a2(row + 16 * p);
+                r.d = ld_u16(row + 32 * (n_in >> 5) + 2 * (p >> 1));
         }
         M40_HD void scale(const raw &r, int, int, float *d, float *m)
         {
@@ -560,16 +552,7 @@ template <> struct qt<M40_GGML_Q8_0> {
 template <int BBYTES, int QH, int OFF, bool HASMIN, int W = 1> struct qt_q32 {
         static_assert(W == 1 || W == 2, "pieces of one or two words");
         enum { PPB = 4 / W, PSH = W == 1 ? 2 : 1 }; /* pieces per block, its log2 */
-        enum {
-                EPP = 8 * W,
-                NRUN = 2 * W,
-                NG = 1,
-                XSUM = 1,
-                TAIL = 0,
-                SPLIT = 1,
-                BB = BBYTES,
-                META = 1
-        };
+        enum { EPP = 8 * W, NRUN = 2 * W, NG = 1, XSUM = 1, TAIL = 0, SPLIT = 1, BB = BBYTES };
         struct raw {
                 uint32_t q[W], qh, dm;
         };
@@ -597,7 +580,7 @@ template <int BBYTES, int QH, int OFF, bool HASMIN, int W = 1> struct qt_q32 {
                 *dm = HASMIN ? ld4<A4>(t + 4 * b) : ld_u16(t + 2 * b);
         }
         /* VEC: the row is 16-byte aligned, so a piece is 4W-byte aligned */
-        template <bool VEC> M40_HD void load_body(raw &r, const uint8_t *row, int p, int)
+        template <bool VEC> M40_HD void load_body(raw &r, const uint8_t *row, int p)
         {
                 const uint8_t *q = row + 4 * W * p;
 
@@ -618,7 +601,7 @@ template <int BBYTES, int QH, int OFF, bool HASMIN, int W = 1> struct qt_q32 {
         }
         template <bool VEC> M40_HD void load(raw &r, const uint8_t *row, int p, int n_in)
         {
-                load_body<VEC>(r, row, p, n_in);
+                load_body<VEC>(r, row, p);
                 load_meta<VEC>(r, row, p, n_in);
         }
         enum { S = QH ? 2 : 3 }; /* 5- or 4-bit quants, see nib_f4() */
@@ -691,16 +674,7 @@ template <> struct qt_wide<M40_GGML_Q5_1> : qt_q32<24, 1, 0, true, 2> {
  * 64j + 32 + 16hh + 0..15 (runs 4-7, group 1). Q5_K's 5th bit of element l of group j
  * is bit 2j (low) or 2j + 1 (high) of qh[l]. */
 template <bool Q5> struct qt_k45 {
-        enum {
-                EPP = 32,
-                NRUN = 8,
-                NG = 2,
-                XSUM = 1,
-                TAIL = 0,
-                SPLIT = 0,
-                BB = Q5 ? 176 : 144,
-                META = 0
-        };
+        enum { EPP = 32, NRUN = 8, NG = 2, XSUM = 1, TAIL = 0, SPLIT = 0, BB = Q5 ? 176 : 144 };
         enum { QS = Q5 ? 48 : 16 };
         struct raw {
                 uint4 h, q, qh;
@@ -784,17 +758,7 @@ template <> struct qt<M40_GGML_Q5_K> : qt_k45<true> {
  * l0 + 0..7 for m = 0..3 (runs 2m, 2m + 1; group m); 8-byte loads when the row is
  * 16-byte aligned, 2-byte ones otherwise. */
 template <> struct qt<M40_GGML_Q6_K> {
-        enum {
-                EPP = 32,
-                NRUN = 8,
-                NG = 4,
-                XSUM = 1,
-                TAIL = 0,
-                SPLIT = 1,
-                BB = 210,
-                BODY = 208,
-                META = 1
-        };
+        enum { EPP = 32, NRUN = 8, NG = 4, XSUM = 1, TAIL = 0, SPLIT = 1, BB = 210, BODY = 208 };
         struct raw {
                 uint32_t la[2], lb[2], qh[2], sc[2], d;
         };
@@ -811,7 +775,7 @@ template <> struct qt<M40_GGML_Q6_K> {
                         v[0] = ld_u32_a2(p), v[1] = ld_u32_a2(p + 4);
                 }
         }
-        template <bool VEC> M40_HD void load_body(raw &r, const uint8_t *row, int p, int)
+        template <bool VEC> M40_HD void load(raw &r, const uint8_t *row, int p, int n_in)
         {
                 const uint8_t *b = row + (p >> 3) * BODY;
                 const int n = (p >> 2) & 1, l0 = 8 * (p & 3);
@@ -820,15 +784,7 @@ template <> struct qt<M40_GGML_Q6_K> {
                 ld8<VEC>(b + 64 * n + 32 + l0, r.lb);
                 ld8<VEC>(b + 128 + 32 * n + l0, r.qh);
                 ld8<VEC>(b + 192 + 8 * n, r.sc);
-        }
-        template <bool VEC> M40_HD void load_meta(raw &r, const uint8_t *row, int p, int n_in)
-        {
                 r.d = ld_u16(row + BODY * (n_in >> 8) + 2 * (p >> 3));
-        }
-        template <bool VEC> M40_HD void load(raw &r, const uint8_t *row, int p, int n_in)
-        {
-                load_body<VEC>(r, row, p, n_in);
-                load_meta<VEC>(r, row, p, n_in);
         }
         M40_HD void scale(const raw &r, int p, int g, float *d, float *m)
         {
