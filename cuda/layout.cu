@@ -13,7 +13,7 @@
 #include "m40/error.h"
 #include "cuda/launch.h"
 #include "cuda/matvec.h"
-#include "cuda/quant.cuh"
+#include "cuda/layout.cuh"
 
 #define SPLIT_THREADS 256
 

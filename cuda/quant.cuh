@@ -31,11 +31,12 @@
  * Q5_0 (22), Q5_1 (24) or Q6_K (210) is not a multiple of 16 bytes, so its quants can
  * only be read with 2-byte loads, which costs a matrix-vector product about half the
  * memory bandwidth. The engine therefore rewrites each row of these types once, after
- * loading (cuda/layout.h), into its blocks' fields one after another: all quants, then
- * (Q5) all 5th bits, then all scales (split_fields() says which bytes of a block go
- * where). Row size and row starts do not change; a row of nb blocks whose start is
- * 16-byte aligned has its quants 16-byte aligned too. The decoders below read that
- * layout for those six types and GGML's own for the rest; split_row() makes it.
+ * loading (cuda/layout.cu), into its blocks' fields one after another: all quants, then
+ * (Q5) all 5th bits, then all scales (cuda/layout.cuh: split_fields() says which bytes
+ * of a block go where, split_row() makes such a row on the host). Row size and row
+ * starts do not change; a row of nb blocks whose start is 16-byte aligned has its quants
+ * 16-byte aligned too. The decoders below read that layout for those six types and
+ * GGML's own for the rest.
  *
  * Alignment contract: a weight row starts 2-byte aligned and every block type keeps
  * the alignment its layout gives (Q4_1 4, Q5_1 8, Q4_K/Q5_K 16, F32 4), which holds
@@ -307,82 +308,6 @@ M40_HD void k4_scale_pair(uint4 h, int j, uint32_t *sc, uint32_t *mn)
 
         *sc = j < 2 ? lo_sc : hi_sc;
         *mn = j < 2 ? lo_mn : hi_mn;
-}
-
-/* ---- the device layout ---- */
-
-#define SPLIT_MAX_FIELDS 3
-
-/* The split layout of `type` (see the top of this file): returns the number of fields
- * (0 when the type keeps GGML's layout) and, for each in its split order, where it lies
- * in a GGML block (off, size bytes); *bb gets the block's bytes. All even: the
- * split moves whole 16-bit units. */
-M40_HD int split_fields(uint32_t type, int *bb, int off[SPLIT_MAX_FIELDS],
-                        int size[SPLIT_MAX_FIELDS])
-{
-        int n = 0;
-
-#define F(o, sz) (off[n] = (o), size[n] = (sz), n++)
-        switch (type) {
-        case M40_GGML_Q8_0:
-                *bb = 34, F(2, 32), F(0, 2);
-                break;
-        case M40_GGML_Q4_0:
-                *bb = 18, F(2, 16), F(0, 2);
-                break;
-        case M40_GGML_Q4_1:
-                *bb = 20, F(4, 16), F(0, 4);
-                break;
-        case M40_GGML_Q5_0:
-                *bb = 22, F(6, 16), F(2, 4), F(0, 2);
-                break;
-        case M40_GGML_Q5_1:
-                *bb = 24, F(8, 16), F(4, 4), F(0, 4);
-                break;
-        case M40_GGML_Q6_K:
-                *bb = 210, F(0, 208), F(208, 2);
-                break;
-        default:
-                break;
-        }
-#undef F
-        return n;
-}
-
-/* Where 16-bit unit u (0 .. nb * bb / 2) of a split row comes from in the GGML row: its
- * byte offset there. Field f of block k lies at start_f + size_f * k, start_f the sum of
- * the earlier fields' sizes times nb. */
-M40_HD int split_src(int u, int nb, int bb, int nf, const int off[SPLIT_MAX_FIELDS],
-                     const int size[SPLIT_MAX_FIELDS])
-{
-        int o = 2 * u;
-
-        for (int f = 0; f < nf; f++) {
-                const int end = size[f] * nb;
-
-                if (o < end || f == nf - 1)
-                        return bb * (o / size[f]) + off[f] + o % size[f];
-                o -= end;
-        }
-        return 0;
-}
-
-/* split_row - GGML row `in` (nb blocks of `type`) in the split layout, to `out` (not
- * overlapping in). A type that keeps GGML's layout is copied. For the host (tests,
- * tools); the engine does the same on the device (cuda/layout.cu). */
-static inline __host__ void split_row(uint32_t type, const uint8_t *in, uint8_t *out, int nb)
-{
-        int bb, off[SPLIT_MAX_FIELDS], size[SPLIT_MAX_FIELDS];
-        const int nf = split_fields(type, &bb, off, size);
-
-        if (!nf) {
-                const struct m40_ggml_type_info *ti = m40_ggml_type_info(type);
-
-                memcpy(out, in, (size_t)nb * ti->type_size);
-                return;
-        }
-        for (int u = 0; u < nb * bb / 2; u++)
-                memcpy(out + 2 * u, in + split_src(u, nb, bb, nf, off, size), 2);
 }
 
 /* ---- the decoders ---- */

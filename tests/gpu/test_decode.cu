@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda/layout.cuh"
 #include "cuda/matvec.cuh"
 
 extern "C" {
