@@ -27,7 +27,17 @@
  *                 memory (hb * (hd + 32)) floats + ~1.5 KB, at most 18.5 KB (hd 512);
  *                 for hd <= 128 with 16-byte aligned rows in decode-sized launches also
  *                 the tile's K and V (2 x 32 x hd f16, all their loads in flight at
- *                 once: at most 22.9 KB).
+ *                 once: at most 22.9 KB). The heads per block are a template bound
+ *                 (HB: 1, 2, 4, 8) and decode-sized launches take the smallest that
+ *                 holds hb, so a block of one head (batch-1 decode of every model here)
+ *                 runs no loop over eight: same-run A/B (H100, batch-1 decode at
+ *                 contexts 16..144), HB = 8 -> hb: 8B Q8_0 255.8 -> 273.9 tok/s, 8B Q4_0
+ *                 358.5 -> 395.9, 1B Q4_0 1244 -> 1489, 135M Q8_0 980 -> 1247; with the
+ *                 score sums reduced together outside any branch (warp_sum_scatter; a
+ *                 shuffle under a condition the compiler cannot prove uniform became a
+ *                 collective fallback, ~5x the instructions), against the kernel before
+ *                 both: 8B Q8_0 265.5 -> 273.9, 1B Q4_0 1372 -> 1489, 135M Q8_0 1123 ->
+ *                 1247 (runs apart).
  *                 Decode and causal prefill are the same kernel: a prefill token sees
  *                 the K/V its chunk wrote before it.
  * Tolerance against m40_cpu_attention_head() (both read the same f16 K and V, so f16
@@ -46,6 +56,7 @@
 
 #include "m40/error.h"
 #include "cuda/ops.h"
+#include "cuda/warp.cuh"
 
 #define ATTN_THREADS 128
 #define ATTN_WARPS   (ATTN_THREADS / 32)
@@ -178,6 +189,7 @@ extern "C" int m40_cuda_rope_store(const struct m40_cuda_rope *r, const struct m
  * sub = x % nsub, and positions s * span .. of token t. */
 struct attn_plan {
         int n_heads, group, nsub, hb, hd, n_split;
+        int rstep, cstep; /* VT: ATTN_THREADS 16-byte pieces as rows and pieces of K/V rows */
         uint32_t span;
         float scale;
         float *acc;    /* (n_tok, n_heads, n_split, hd) partial sums of e^(s - m) V */
@@ -223,6 +235,7 @@ static uint64_t make_plan(uint32_t n_tok, uint32_t n_heads, uint32_t n_kv_heads,
         p->hb = (int)cdiv(group, nsub);
         p->hd = (int)head_dim;
         p->n_split = (int)s;
+        p->rstep = p->cstep = 0; /* set by the VT launch */
         if (s == 1)
                 return 0;
         slots = (uint64_t)n_tok * n_heads * s; /* s > 1: blocks < ATTN_TARGET */
@@ -286,7 +299,7 @@ __device__ __forceinline__ double warp_sum(double v)
  * the softmax, 4 positions at a time. */
 #define ATTN_VCH (ATTN_TILE * 128 / 8 / ATTN_THREADS) /* VT: 16-byte pieces per thread, most */
 
-template <int VEC, int DPT, bool VT>
+template <int VEC, int DPT, bool VT, int HB>
 __global__ void __launch_bounds__(ATTN_THREADS)
         k_attention(struct m40_cuda_kv kv, const float *__restrict__ q, size_t ldq,
                     float *__restrict__ out, size_t ldo, struct attn_plan pl)
@@ -295,9 +308,9 @@ __global__ void __launch_bounds__(ATTN_THREADS)
          * f16 */
         extern __shared__ __align__(16) float sh[];
         __shared__ size_t s_off[ATTN_TILE];
-        __shared__ float s_m[ATTN_HB], s_a[ATTN_HB], s_inv[ATTN_HB];
-        __shared__ double s_l[ATTN_HB];
-        __shared__ float s_w[ATTN_HB][ATTN_MAX_SPLITS];
+        __shared__ float s_m[HB], s_a[HB], s_inv[HB];
+        __shared__ double s_l[HB];
+        __shared__ float s_w[HB][ATTN_MAX_SPLITS];
         __shared__ int s_last;
         const int t = blockIdx.y, split = blockIdx.z, hd = pl.hd;
         const int kvh = blockIdx.x / pl.nsub, j0 = (blockIdx.x % pl.nsub) * pl.hb;
@@ -315,20 +328,21 @@ __global__ void __launch_bounds__(ATTN_THREADS)
         __half *vs = (__half *)(sh + pl.hb * (hd + ATTN_TILE)); /* VT */
         __half *kt = vs + ATTN_TILE * hd; /* VT: the tile's K rows, written by the block */
         const __half2 *ks = (const __half2 *)kt;
-        float acc[ATTN_HB][DPT];
+        float acc[HB][DPT];
 
         static_assert(!VT || (DPT == 1 && VEC == 2), "VT: head_dim <= 128, half2 K rows");
+        static_assert(HB >= 1 && HB <= ATTN_HB && (HB & (HB - 1)) == 0, "HB: 1, 2, 4 or 8");
 
         if (split >= n_split)
                 return; /* the whole block: no position of this token here */
         for (int e = threadIdx.x; e < nh * hd; e += ATTN_THREADS)
                 qs[e] = q[(size_t)t * ldq + (size_t)h0 * hd + e];
-        if (threadIdx.x < ATTN_HB) {
+        if (threadIdx.x < HB) {
                 s_m[threadIdx.x] = -INFINITY;
                 s_l[threadIdx.x] = 0.0;
         }
 #pragma unroll
-        for (int j = 0; j < ATTN_HB; j++)
+        for (int j = 0; j < HB; j++)
 #pragma unroll
                 for (int d = 0; d < DPT; d++)
                         acc[j][d] = 0.0f;
@@ -357,16 +371,23 @@ __global__ void __launch_bounds__(ATTN_THREADS)
 
                 if (VT) {
                         uint4 kbuf[ATTN_VCH];
+                        /* piece tid + k * ATTN_THREADS is row r, column c: stepped, not
+                         * divided, from k to k + 1 (pl.rstep rows and pl.cstep pieces) */
+                        int r = tid / cpr, c = tid - r * cpr;
 
 #pragma unroll
                         for (int k = 0; k < ATTN_VCH; k++) {
-                                const int e = tid + k * ATTN_THREADS;
+                                if (r < n) {
+                                        const size_t o = s_off[r];
 
-                                if (e < n * cpr) {
-                                        const size_t o = s_off[e / cpr];
-
-                                        kbuf[k] = __ldg((const uint4 *)(kb + o) + e % cpr);
-                                        vbuf[k] = __ldg((const uint4 *)(vb + o) + e % cpr);
+                                        kbuf[k] = __ldg((const uint4 *)(kb + o) + c);
+                                        vbuf[k] = __ldg((const uint4 *)(vb + o) + c);
+                                }
+                                r += pl.rstep;
+                                c += pl.cstep;
+                                if (c >= cpr) {
+                                        c -= cpr;
+                                        r++;
                                 }
                         }
 #pragma unroll
@@ -383,12 +404,12 @@ __global__ void __launch_bounds__(ATTN_THREADS)
                  * their K loads in flight together, K read once for nh heads (each score
                  * summed as before: lanes over the row, then a shuffle tree) */
                 for (int pb = warp * ATTN_PU; pb < n; pb += ATTN_WARPS * ATTN_PU) {
-                        float s[ATTN_PU][ATTN_HB];
+                        float s[ATTN_PU][HB];
 
 #pragma unroll
                         for (int u = 0; u < ATTN_PU; u++)
 #pragma unroll
-                                for (int j = 0; j < ATTN_HB; j++)
+                                for (int j = 0; j < HB; j++)
                                         s[u][j] = 0.0f;
                         for (int i = lane * VEC; i < hd; i += 32 * VEC) {
                                 float k0[ATTN_PU], k1[ATTN_PU];
@@ -409,7 +430,7 @@ __global__ void __launch_bounds__(ATTN_THREADS)
 #pragma unroll
                                 for (int u = 0; u < ATTN_PU; u++)
 #pragma unroll
-                                        for (int j = 0; j < ATTN_HB; j++) {
+                                        for (int j = 0; j < HB; j++) {
                                                 if (j < nh) {
                                                         s[u][j] += qs[j * hd + i] * k0[u];
                                                         if (VEC == 2)
@@ -418,19 +439,16 @@ __global__ void __launch_bounds__(ATTN_THREADS)
                                                 }
                                         }
                         }
-#pragma unroll
-                        for (int u = 0; u < ATTN_PU; u++)
-#pragma unroll
-                                for (int j = 0; j < ATTN_HB; j++) {
-                                        if (j < nh && pb + u < n) {
-                                                for (int o = 16; o; o >>= 1)
-                                                        s[u][j] += __shfl_xor_sync(0xffffffffu,
-                                                                                   s[u][j], o);
-                                                if (lane == 0)
-                                                        sc[j * ATTN_TILE + pb + u] =
-                                                                s[u][j] * pl.scale;
-                                        }
-                                }
+                        /* all ATTN_PU x HB sums at once, outside any branch (a shuffle
+                         * under a condition the compiler cannot prove the same for the
+                         * warp costs it a collective fallback): value u * HB + j ends in
+                         * lanes (u * HB + j) << SSH */
+                        enum { NS = ATTN_PU * HB, SSH = 5 - warp_log2<NS>::V };
+                        const float tot = warp_sum_scatter<NS>(&s[0][0]);
+                        const int u = (lane >> SSH) / HB, j = (lane >> SSH) % HB;
+
+                        if ((lane & ((1 << SSH) - 1)) == 0 && j < nh && pb + u < n)
+                                sc[j * ATTN_TILE + pb + u] = tot * pl.scale;
                 }
                 if (VT) {
 #pragma unroll
@@ -477,7 +495,7 @@ __global__ void __launch_bounds__(ATTN_THREADS)
 
                         if (i < hd) {
 #pragma unroll
-                                for (int j = 0; j < ATTN_HB; j++)
+                                for (int j = 0; j < HB; j++)
                                         if (j < nh)
                                                 acc[j][d] *= s_a[j];
                                 int pp = 0;
@@ -493,7 +511,7 @@ __global__ void __launch_bounds__(ATTN_THREADS)
 #pragma unroll
                                         for (int u = 0; u < 4; u++)
 #pragma unroll
-                                                for (int j = 0; j < ATTN_HB; j++)
+                                                for (int j = 0; j < HB; j++)
                                                         if (j < nh)
                                                                 acc[j][d] +=
                                                                         sc[j * ATTN_TILE + pp + u] *
@@ -505,7 +523,7 @@ __global__ void __launch_bounds__(ATTN_THREADS)
                                                    : __half2float(__ldg(vb + s_off[pp] + i));
 
 #pragma unroll
-                                        for (int j = 0; j < ATTN_HB; j++)
+                                        for (int j = 0; j < HB; j++)
                                                 if (j < nh)
                                                         acc[j][d] += sc[j * ATTN_TILE + pp] * v;
                                 }
@@ -516,7 +534,7 @@ __global__ void __launch_bounds__(ATTN_THREADS)
 
         if (n_split == 1) {
 #pragma unroll
-                for (int j = 0; j < ATTN_HB; j++) {
+                for (int j = 0; j < HB; j++) {
                         if (j < nh) {
                                 const float inv = (float)(1.0 / s_l[j]);
                                 float *o = out + (size_t)t * ldo + (size_t)(h0 + j) * hd;
@@ -533,7 +551,7 @@ __global__ void __launch_bounds__(ATTN_THREADS)
         /* publish this split's partials; the last split of (t, x) to finish merges */
         const size_t row = (size_t)t * pl.n_heads + h0; /* slot of head j: (row + j) * n_split */
 #pragma unroll
-        for (int j = 0; j < ATTN_HB; j++) {
+        for (int j = 0; j < HB; j++) {
                 if (j < nh) {
                         float *a = pl.acc + ((row + j) * pl.n_split + split) * hd;
 
@@ -573,14 +591,21 @@ __global__ void __launch_bounds__(ATTN_THREADS)
                         s_inv[j] = (float)(1.0 / sum);
         }
         __syncthreads();
-        for (int e = threadIdx.x; e < nh * hd; e += ATTN_THREADS) {
-                const int j = e / hd, i = e % hd;
-                const volatile float *a = pl.acc + (row + j) * pl.n_split * hd + i;
-                float o = 0.0f;
+#pragma unroll
+        for (int j = 0; j < HB; j++) {
+#pragma unroll
+                for (int d = 0; d < DPT; d++) {
+                        const int i = tid + d * ATTN_THREADS;
 
-                for (int s = 0; s < n_split; s++)
-                        o += a[(size_t)s * hd] * s_w[j][s];
-                out[(size_t)t * ldo + (size_t)(h0 + j) * hd + i] = o * s_inv[j];
+                        if (j < nh && i < hd) {
+                                const volatile float *a = pl.acc + (row + j) * pl.n_split * hd + i;
+                                float o = 0.0f;
+
+                                for (int s = 0; s < n_split; s++)
+                                        o += a[(size_t)s * hd] * s_w[j][s];
+                                out[(size_t)t * ldo + (size_t)(h0 + j) * hd + i] = o * s_inv[j];
+                        }
+                }
         }
         if (threadIdx.x == 0)
                 *cnt = 0; /* every split of (t, x) has counted: ready for the next launch */
@@ -591,10 +616,10 @@ static void launch(int vec, dim3 grid, size_t shmem, cudaStream_t stream, const 
                    const float *q, size_t ldq, float *out, size_t ldo, const attn_plan &pl)
 {
         if (vec)
-                k_attention<2, DPT, false>
+                k_attention<2, DPT, false, ATTN_HB>
                         <<<grid, ATTN_THREADS, shmem, stream>>>(kv, q, ldq, out, ldo, pl);
         else
-                k_attention<1, DPT, false>
+                k_attention<1, DPT, false, ATTN_HB>
                         <<<grid, ATTN_THREADS, shmem, stream>>>(kv, q, ldq, out, ldo, pl);
 }
 
@@ -639,11 +664,24 @@ extern "C" int m40_cuda_attention(const struct m40_cuda_kv *kv, const float *q, 
         const bool vt = vec && head_dim <= 128 && head_dim % 8 == 0 && kv->kv_dim % 8 == 0 &&
                         kv->page_elems % 8 == 0 && kv->v_off % 8 == 0 &&
                         (uintptr_t)kv->base % 16 == 0 && (uint64_t)n_tok * grid.x < ATTN_TARGET;
-        if (vt && head_dim <= ATTN_THREADS)
-                k_attention<2, 1, true>
-                        <<<grid, ATTN_THREADS, shmem + (size_t)ATTN_TILE * head_dim * 4, stream>>>(
+        if (vt && head_dim <= ATTN_THREADS) {
+                const size_t vt_shmem = shmem + (size_t)ATTN_TILE * head_dim * 4;
+
+                pl.rstep = ATTN_THREADS / (head_dim / 8);
+                pl.cstep = ATTN_THREADS % (head_dim / 8);
+                if (pl.hb == 1)
+                        k_attention<2, 1, true, 1><<<grid, ATTN_THREADS, vt_shmem, stream>>>(
                                 *kv, q, ldq, out, ldo, pl);
-        else if (head_dim <= ATTN_THREADS)
+                else if (pl.hb == 2)
+                        k_attention<2, 1, true, 2><<<grid, ATTN_THREADS, vt_shmem, stream>>>(
+                                *kv, q, ldq, out, ldo, pl);
+                else if (pl.hb <= 4)
+                        k_attention<2, 1, true, 4><<<grid, ATTN_THREADS, vt_shmem, stream>>>(
+                                *kv, q, ldq, out, ldo, pl);
+                else
+                        k_attention<2, 1, true, ATTN_HB><<<grid, ATTN_THREADS, vt_shmem, stream>>>(
+                                *kv, q, ldq, out, ldo, pl);
+        } else if (head_dim <= ATTN_THREADS)
                 launch<1>(vec, grid, shmem, stream, *kv, q, ldq, out, ldo, pl);
         else if (head_dim <= 2 * ATTN_THREADS)
                 launch<2>(vec, grid, shmem, stream, *kv, q, ldq, out, ldo, pl);

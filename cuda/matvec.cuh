@@ -434,7 +434,7 @@ static __global__ void __launch_bounds__(MV_THREADS, mv_minb<T, NB>::V)
                                                          32, x, ldx, nb, acc, mm.hoff);
         /* the R x NB sums, scattered: lane i < R * NB gets sum i = (r, c) = (i / NB, i %
          * NB) (sum(i) reads it from any lane) */
-        enum { NS = R * NB, SSH = 5 - mv_log2<NS>::V };
+        enum { NS = R * NB, SSH = 5 - warp_log2<NS>::V };
         static_assert(NS <= 32, "k_matvec: at most 32 sums per warp");
         const float tot = warp_sum_scatter<NS>(&acc[0][0]);
         const auto sum = [tot](int i) {
