@@ -87,7 +87,8 @@ static inline uint64_t m40_cuda_sample_rng_next(float temperature, uint64_t rng)
 }
 
 /* m40_cuda_sample_work_bytes - device scratch for m40_cuda_sample() on up to max_rows rows
- * of n_vocab logits (a token count per vocabulary entry per row). */
+ * of n_vocab logits (a token count per vocabulary entry per row, and the keys of the
+ * first pass over a row: 1 KiB per row). */
 size_t m40_cuda_sample_work_bytes(uint32_t n_vocab, uint32_t max_rows);
 
 /* m40_cuda_sample_work_init - zero that scratch (once, before its first use; the kernel

@@ -426,13 +426,14 @@ static void run_cfg(struct cfg *c, uint32_t R, struct ref *rf, uint32_t *counts)
                      c->sp.penalty_last_n, c->n_hist, k, tok[k], rf->rank[tok[k]], want,
                      rf->rank[want], u);
         }
-        /* the scratch is left zeroed for the next launch */
+        /* the scratch (penalty counts and first-pass keys) is left zeroed for the next
+         * launch */
         {
-                uint32_t *w = malloc(m40_cuda_sample_work_bytes(n, R));
+                const size_t wb = m40_cuda_sample_work_bytes(n, R);
+                uint32_t *w = malloc(wb);
 
-                if (w && cudaMemcpy(w, d_work, m40_cuda_sample_work_bytes(n, R),
-                                    cudaMemcpyDeviceToHost) == cudaSuccess) {
-                        for (size_t i = 0; i < (size_t)n * R; i++)
+                if (w && cudaMemcpy(w, d_work, wb, cudaMemcpyDeviceToHost) == cudaSuccess) {
+                        for (size_t i = 0; i < wb / sizeof(uint32_t); i++)
                                 if (w[i]) {
                                         fail("n %u: work[%zu] = %u left nonzero", n, i, w[i]);
                                         break;
