@@ -8,7 +8,7 @@
 #include <cuda_runtime.h>
 
 #include "m40/error.h"
-#include "cuda/matvec.cuh"
+#include "cuda/matvec_launch.cuh"
 #include "cuda/ops.h"
 
 /* Block layout: elements, bytes, and the row alignment consecutive rows keep. */

@@ -1,6 +1,6 @@
 /* cuda/matvec.cuh - weight matrix times activations, FP32 arithmetic on the weights'
- * own storage (fp16, bf16, quantized blocks): the kernels, the inner loops a
- * persistent kernel calls, and their launch templates.
+ * own storage (fp16, bf16, quantized blocks): the kernels and the inner loops a
+ * persistent kernel calls (their launch templates: matvec_launch.cuh).
  *
  * Computes y[c][o] = sum_k W[o][k] * x[c][k] for c < nb (batch, 1..64), o < n_out, with
  * W (n_out, n_in) in GGML type T (rows of row_bytes bytes) and x (nb, ldx), y (nb, ldy)
@@ -8,13 +8,13 @@
  *
  * k_matvec<T, NB, R, VEC, MODE, U> - batch 1..8 (NB = 1, 2, 4, 8 columns, nb <= NB): the
  *   bandwidth kernel. Launch: 256 threads = 8 warps per block, 1-D grid. Each warp owns
- *   R consecutive rows (1 to 4, see mv_rows) and a 1/S share of their pieces (S = 1, 2, 4
- *   or 8 warps of one block split a row group when rows are few, so every SM has warps
- *   to hide latency). Lane l takes pieces l, l + 32, ...: adjacent lanes read adjacent
- *   bytes of a row, every weight is loaded once and used for NB columns, every
- *   activation run is loaded once (16-byte read-only loads) and used for R rows. Sums:
- *   per lane and scale group, then the group scale, then a warp shuffle tree, then the
- *   S partials in split order: deterministic.
+ *   R consecutive rows (1 to 4, see mv_rows in matvec_launch.cuh) and a 1/S share of
+ *   their pieces (S = 1, 2, 4 or 8 warps of one block split a row group when rows are
+ *   few, so every SM has warps to hide latency). Lane l takes pieces l, l + 32, ...:
+ *   adjacent lanes read adjacent bytes of a row, every weight is loaded once and used
+ *   for NB columns, every activation run is loaded once (16-byte read-only loads) and
+ *   used for R rows. Sums: per lane and scale group, then the group scale, then a warp
+ *   shuffle tree, then the S partials in split order: deterministic.
  * k_matmul<T, TM, TN> - batch 1..64 in tiles: TM rows (64, or 16 for small matrices)
  *   x TN columns (16, 32, 64) per 256-thread block, k in steps of 32: 4 threads per row
  *   dequantize 8 weights each (deq8) into a shared tile, 4 per column load 8
@@ -54,7 +54,7 @@
  * 1094, 135M b1 1199 -> 1117 (at batch 8 mixed, 8B 234 -> 231, 1B 1226 -> 1314, and
  * its batch-2 kernels spill at 64 registers: batch 1 only). The K types lost with
  * more (8B Q4_K_M 258 -> 247 at 3, 210 at 4).
- * Knobs for A/B builds, as MV_WPS. */
+ * Knobs for A/B builds, as MV_WPS (matvec_launch.cuh). */
 #ifndef MV_MINB
 #define MV_MINB 2
 #endif
@@ -350,7 +350,7 @@ M40_HD void matvec_lane(const uint8_t *w, size_t row_bytes, int nrows, int n_in,
  * slower (Q4_0 0.50 -> 0.45 of copy bandwidth, F16 0.88 -> 0.84: fewer warps fit an
  * SM; 8B Q8_0 decode 267 -> 254 tok/s), and the K types, which gained from it at 2
  * rows per warp (4096x14336: Q4_K 0.37 -> 0.41), gain more from 4 rows and U = 1 (see
- * mv_rows). Knob for A/B builds. */
+ * mv_rows, matvec_launch.cuh). Knob for A/B builds. */
 #ifndef MV_U_K
 #define MV_U_K 1 /* mv_unroll's U for the 4/5-bit K types at batch 1 (knob for A/B) */
 #endif
@@ -597,208 +597,5 @@ static __global__ void __launch_bounds__(MM_THREADS)
                                 y[(size_t)c * ldy + o] = acc[i][j];
                 }
 }
-
-/* Warps per row group for k_matvec (log2): split rows over warps until the grid has
- * about wps warps per SM. More, shorter warps fill the last waves of mid-sized matrices
- * (H100, batch 1, 4096x14336 alone: F16 0.81 -> 0.89 of copy bandwidth at 32, Q8_0 0.55
- * -> 0.65), but in a whole decode step fewer, longer warps won: 16 (8 for the K types,
- * whose pieces are 4x longer) against 32 (16), same-run A/B of batch-1 decode: 1B F16
- * 699 -> 714 tok/s, 8B Q4_0 297 -> 302, 8B Q4_K_M 238 -> 249, 8B F16 158 -> 159 (64
- * lost 2-6%; 8, and 2 or 4 steps per warp at least, gained on one model and lost on
- * another). No warp gets less than a full step of 32 pieces (steps: a row's steps):
- * short rows (d 576: 3 steps of 16-element pieces) split 8 ways left most warps without
- * a piece, and the grid bigger than one wave. The three constants are compile-time
- * knobs for such A/B builds (-D through NVCC_APPEND_FLAGS). */
-#ifndef MV_WPS
-#define MV_WPS 16 /* warps per SM the split aims for (MV_WPS_K for the K types) */
-#endif
-#ifndef MV_WPS_K
-#define MV_WPS_K 8
-#endif
-#ifndef MV_SPLIT_STEPS
-#define MV_SPLIT_STEPS 1 /* steps of 32 pieces a split warp gets, at least */
-#endif
-static inline int mv_split_log2(int groups, int sms, int wps, int steps)
-{
-        int s = 0;
-
-        while (s < 3 && (MV_SPLIT_STEPS * 2) << s <= steps && (long)groups << s < (long)wps * sms)
-                s++;
-        return s;
-}
-
-/* MODES 3 and 4 (rows in pairs) need at least 2 rows per warp; matvec.cu does not ask
- * for them otherwise (mv_rows_of()). */
-template <int T, int NB, int R, bool VEC, int U, int MODE> struct mv_paired {
-        static int launch(const struct mv_mats &mm, const struct mv_args *a, unsigned blocks,
-                          int sl, cudaStream_t stream)
-        {
-                k_matvec<T, NB, R, VEC, MODE, U><<<blocks, MV_THREADS, 0, stream>>>(
-                        mm, a->row_bytes, a->n_in, a->x, a->ldx, a->nb, sl);
-                return m40_cuda_launch_status("k_matvec");
-        }
-};
-template <int T, int NB, bool VEC, int U, int MODE> struct mv_paired<T, NB, 1, VEC, U, MODE> {
-        static int launch(const struct mv_mats &, const struct mv_args *, unsigned, int,
-                          cudaStream_t)
-        {
-                return -ENOTSUP;
-        }
-};
-
-/* k_matvec over the n (1..MV_MAX_MATS) matrices of a[] (same type, n_in, row_bytes, x,
- * batch); rms_mode 3: a[0] gate and a[1] up into a[0]'s output; 4: q, k, v. */
-template <int T, int NB, int R, bool VEC>
-static int launch_mv(const struct mv_args *a, int n, int sms, cudaStream_t stream)
-{
-        struct mv_mats mm;
-        int groups = 0;
-
-        /* MODE 3: a[0] gate, a[1] up, one output: groups of R / 2 rows of each */
-        const int nm = a->rms_mode == 3 ? 1 : n, hr = a->rms_mode == 3 ? R / 2 : R;
-
-        for (int i = 0; i < MV_MAX_MATS; i++) {
-                const struct mv_args *b = &a[i < nm ? i : nm - 1];
-
-                if (i < nm)
-                        groups += (b->n_out + hr - 1) / hr;
-                mm.w[i] = b->w;
-                mm.y[i] = b->y;
-                mm.n_out[i] = b->n_out;
-                mm.ldy[i] = b->ldy;
-                mm.g_end[i] = groups;
-        }
-        mm.add = a->add;
-        mm.rms = a->rms;
-        mm.hoff = a->rms_mode == 3 ? (ptrdiff_t)((uintptr_t)a[1].w - (uintptr_t)a[0].w) : 0;
-        mm.rope = a->rope;
-        const int sl = mv_split_log2(groups, sms, mv_q<T, NB>::EPP == 32 ? MV_WPS_K : MV_WPS,
-                                     (mv_q<T, NB>::pieces(a->n_in) + 31) / 32);
-        const long items = (long)groups << sl;
-        const unsigned blocks = (unsigned)((items + MV_WARPS - 1) / MV_WARPS);
-
-        enum { U = mv_unroll<T, NB>::U };
-
-        if (a->rms_mode == 3)
-                return mv_paired<T, NB, R, VEC, U, 3>::launch(mm, a, blocks, sl, stream);
-        if (a->rms_mode == 4)
-                return mv_paired<T, NB, R, VEC, U, 4>::launch(mm, a, blocks, sl, stream);
-        if (a->rms_mode == 1)
-                k_matvec<T, NB, R, VEC, 1, U><<<blocks, MV_THREADS, 0, stream>>>(
-                        mm, a->row_bytes, a->n_in, a->x, a->ldx, a->nb, sl);
-        else if (a->rms_mode == 2)
-                k_matvec<T, NB, R, VEC, 2, U><<<blocks, MV_THREADS, 0, stream>>>(
-                        mm, a->row_bytes, a->n_in, a->x, a->ldx, a->nb, sl);
-        else
-                k_matvec<T, NB, R, VEC, 0, U><<<blocks, MV_THREADS, 0, stream>>>(
-                        mm, a->row_bytes, a->n_in, a->x, a->ldx, a->nb, sl);
-        return m40_cuda_launch_status("k_matvec");
-}
-
-/* Rows per warp: as many as registers allow (at most 128 per thread, so that two
- * blocks fit an SM of 64K registers), to reuse each activation run for several rows;
- * at least 2 at every batch. The activations are most of what a lane reads through L1
- * (ncu, H100, 4096x128256 at batch 1: 4.6 (Q4_0) and 8.3 (Q4_K) times the weight
- * bytes; Q4_K's L1 88% busy, DRAM 42%), so the K types take 4 rows at batch 1, not 2
- * with U = 2: same-run A/B 8B Q4_K_M 267.6 -> 315.9 tok/s (1B Q4_K_M: 1110 against
- * 991 at dc74036, separate runs). The short-piece types stay at 4: 8 (2 blocks per SM instead of 4)
- * gave 8B Q4_0 367.9 -> 349.5, 8B Q8_0 266.4 -> 259.8, 1B Q4_0 1352 -> 1312, and 16
- * spills. With 1 for pieces of more than 4 words (F32, Q8_0, the K
- * types) at batch 3..8, the fused SwiGLU and q/k/v+RoPE launches, which pair rows, fell
- * back to separate ones, and same-run A/Bs (H100) 1 -> 2 gave at batch 8 8B Q8_0 234 ->
- * 428 tok/s, 8B Q4_K_M 244 -> 424, 1B Q8_0 1225 -> 2153, 135M Q8_0 3944 -> 5118; at
- * batch 4 8B Q8_0 222 -> 391, 8B Q4_K_M 245 -> 442, 1B Q8_0 1110 -> 1869. */
-#ifndef MV_R1
-#define MV_R1 4 /* rows per warp at batch 1, pieces of at most 8 words (knob for A/B) */
-#endif
-#ifndef MV_R1_K
-#define MV_R1_K 4 /* the same for longer pieces (the K types) */
-#endif
-template <int T, int NB> struct mv_rows {
-        enum { WORDS = sizeof(typename mv_q<T, NB>::raw) / 4 }; /* registers a piece holds */
-        enum {
-                R = NB == 1                 ? (WORDS <= 8 ? MV_R1 : MV_R1_K)
-                    : NB <= 2               ? (WORDS <= 8 ? 4 : 2)
-                    : NB <= 4 && WORDS <= 4 ? 4
-                                            : 2
-        };
-};
-
-/* The rows per warp k_matvec takes for type T at batch nb (1..8). */
-template <int T> static inline int mv_rows_of(int nb)
-{
-        const int r1 = mv_rows<T, 1>::R, r2 = mv_rows<T, 2>::R, r4 = mv_rows<T, 4>::R,
-                  r8 = mv_rows<T, 8>::R;
-
-        return nb == 1 ? r1 : nb == 2 ? r2 : nb <= 4 ? r4 : r8;
-}
-
-template <int T, bool VEC>
-static int launch_matvec_t(const struct mv_args *a, int n, int sms, cudaStream_t stream)
-{
-        if (a->nb == 1)
-                return launch_mv<T, 1, mv_rows<T, 1>::R, VEC>(a, n, sms, stream);
-        if (a->nb == 2)
-                return launch_mv<T, 2, mv_rows<T, 2>::R, VEC>(a, n, sms, stream);
-        if (a->nb <= 4)
-                return launch_mv<T, 4, mv_rows<T, 4>::R, VEC>(a, n, sms, stream);
-        return launch_mv<T, 8, mv_rows<T, 8>::R, VEC>(a, n, sms, stream);
-}
-
-/* k_matvec for type T over a[0 .. n): the float and split types pick whole-vector loads
- * when rows allow (a[0].vec covers all n: same row_bytes, and their data 16-byte
- * aligned); the K types' blocks are multiples of 16 bytes and instantiate VEC only. */
-template <int T>
-static int launch_matvec(const struct mv_args *a, int n, int sms, cudaStream_t stream)
-{
-        if ((qt<T>::TAIL || qt<T>::SPLIT) && !a->vec)
-                return launch_matvec_t<T, !(qt<T>::TAIL || qt<T>::SPLIT)>(a, n, sms, stream);
-        return launch_matvec_t<T, true>(a, n, sms, stream);
-}
-
-template <int T, int TM, int TN> static int launch_mm(const struct mv_args *a, cudaStream_t stream)
-{
-        const dim3 grid((unsigned)((a->n_out + TM - 1) / TM), (unsigned)((a->nb + TN - 1) / TN));
-
-        k_matmul<T, TM, TN><<<grid, MM_THREADS, 0, stream>>>(a->w, a->row_bytes, a->n_out, a->n_in,
-                                                             a->x, a->ldx, a->nb, a->y, a->ldy);
-        return m40_cuda_launch_status("k_matmul");
-}
-
-/* Tiles: TN the narrowest of 16, 32, 64 that holds the batch, 64 rows per block when
- * that still gives two blocks per SM, else 16 rows (and, if even that is too few, 16
- * columns): small matrices need many blocks more than large tiles. */
-template <int T> static int launch_matmul(const struct mv_args *a, int sms, cudaStream_t stream)
-{
-        const long want = 2L * sms, r64 = (a->n_out + 63) / 64, r16 = (a->n_out + 15) / 16;
-        const int tn = a->nb <= 16 ? 16 : a->nb <= 32 ? 32 : 64;
-        const long cols = (a->nb + tn - 1) / tn;
-
-        if (r64 * cols >= want)
-                return tn == 16   ? launch_mm<T, 64, 16>(a, stream)
-                       : tn == 32 ? launch_mm<T, 64, 32>(a, stream)
-                                  : launch_mm<T, 64, 64>(a, stream);
-        if (r16 * cols >= want || tn == 16)
-                return tn == 16   ? launch_mm<T, 16, 16>(a, stream)
-                       : tn == 32 ? launch_mm<T, 16, 32>(a, stream)
-                                  : launch_mm<T, 16, 64>(a, stream);
-        return launch_mm<T, 16, 16>(a, stream);
-}
-
-/* The per-family entry points (matvec_f.cu, matvec_q.cu, matvec_k.cu): launch the
- * matrix-vector kernel over a[0 .. n) (tiled = 0), or the tiled kernel (1) for a[0]
- * (n = 1), for a type of the family; -ENOTSUP for a type of another family. */
-int m40_mv_launch_f(uint32_t type, const struct mv_args *a, int n, int tiled, int sms,
-                    cudaStream_t stream);
-int m40_mv_launch_q(uint32_t type, const struct mv_args *a, int n, int tiled, int sms,
-                    cudaStream_t stream);
-int m40_mv_launch_k(uint32_t type, const struct mv_args *a, int n, int tiled, int sms,
-                    cudaStream_t stream);
-
-/* One family file's body: FAMILY is its entry point, the types are its cases. */
-#define M40_MV_CASE(T)                                                                             \
-        case T:                                                                                    \
-                return tiled ? launch_matmul<T>(a, sms, stream)                                    \
-                             : launch_matvec<T>(a, n, sms, stream);
 
 #endif

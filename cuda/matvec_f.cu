@@ -3,7 +3,7 @@
  * are 16-byte aligned). Launch layout and tolerance: see matvec.cuh. */
 #include <errno.h>
 
-#include "cuda/matvec.cuh"
+#include "cuda/matvec_launch.cuh"
 
 int m40_mv_launch_f(uint32_t type, const struct mv_args *a, int n, int tiled, int sms,
                     cudaStream_t stream)

@@ -3,7 +3,7 @@
  * matvec.cuh. */
 #include <errno.h>
 
-#include "cuda/matvec.cuh"
+#include "cuda/matvec_launch.cuh"
 
 int m40_mv_launch_k(uint32_t type, const struct mv_args *a, int n, int tiled, int sms,
                     cudaStream_t stream)

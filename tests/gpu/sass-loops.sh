@@ -5,7 +5,7 @@
 #        tests/gpu/sass-loops.sh -h | --help
 # Compiles FILE.cu (one of cuda/*.cu) for sm_90 with the nvcc on PATH (or
 # /usr/local/cuda/bin/nvcc) as the build does (-O3, the project's include folders; each
-# -D is passed on, e.g. -D MV_R1=8 for a tuning knob of cuda/matvec.cuh), disassembles
+# -D is passed on, e.g. -D MV_R1=8 for a tuning knob of cuda/matvec_launch.cuh), disassembles
 # it, and for every kernel whose mangled name matches KERNEL_REGEX (grep -E) prints its
 # registers and spills (ptxas -v) and each loop: the address range from a backward
 # branch's target to the branch, its instruction count and the count of each opcode,

@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "cuda/layout.cuh"
-#include "cuda/matvec.cuh"
+#include "cuda/matvec_launch.cuh"
 
 extern "C" {
 #include "engine/quant.h"
