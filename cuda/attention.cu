@@ -402,7 +402,7 @@ __global__ void __launch_bounds__(ATTN_THREADS)
 
                 /* scores of the tile: one warp per position, ATTN_PU positions per pass with
                  * their K loads in flight together, K read once for nh heads (each score
-                 * summed as before: lanes over the row, then a shuffle tree) */
+                 * summed over the row's lanes, then reduced with the pass's others below) */
                 for (int pb = warp * ATTN_PU; pb < n; pb += ATTN_WARPS * ATTN_PU) {
                         float s[ATTN_PU][HB];
 

@@ -176,18 +176,24 @@ __device__ u64 block_sum(u64 v, struct smem &s)
         return t;
 }
 
+/* warp_minmax - the largest and smallest of *mx and *mn over the warp, in every lane. */
+__device__ __forceinline__ void warp_minmax(u64 *mx, u64 *mn)
+{
+        for (int o = 16; o; o >>= 1) {
+                const u64 a = __shfl_xor_sync(0xffffffffu, *mx, o);
+                const u64 b = __shfl_xor_sync(0xffffffffu, *mn, o);
+
+                *mx = a > *mx ? a : *mx;
+                *mn = b < *mn ? b : *mn;
+        }
+}
+
 /* block_minmax - the largest and smallest of v over the block. */
 __device__ void block_minmax(u64 mx, u64 mn, struct smem &s, u64 *ret_max, u64 *ret_min)
 {
         const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
 
-        for (int o = 16; o; o >>= 1) {
-                const u64 a = __shfl_xor_sync(0xffffffffu, mx, o);
-                const u64 b = __shfl_xor_sync(0xffffffffu, mn, o);
-
-                mx = a > mx ? a : mx;
-                mn = b < mn ? b : mn;
-        }
+        warp_minmax(&mx, &mn);
         if (!lane) {
                 s.red64[w] = mx;
                 s.u.h.q[w] = mn; /* free at this point */
@@ -562,13 +568,7 @@ __global__ void __launch_bounds__(SCAN_THREADS)
 #pragma unroll 4
         for (uint32_t i = b0 + threadIdx.x; i < b1; i += SCAN_THREADS)
                 fold_key(ckey(x[i], i), &mx, &mn);
-        for (int o = 16; o; o >>= 1) {
-                const u64 a = __shfl_xor_sync(0xffffffffu, mx, o);
-                const u64 c = __shfl_xor_sync(0xffffffffu, mn, o);
-
-                mx = a > mx ? a : mx;
-                mn = c < mn ? c : mn;
-        }
+        warp_minmax(&mx, &mn);
         if ((threadIdx.x & 31) == 0) {
                 smx[threadIdx.x >> 5] = mx;
                 smn[threadIdx.x >> 5] = mn;
@@ -765,9 +765,6 @@ extern "C" int m40_cuda_sample(float *logits, size_t ld, uint32_t n_vocab,
         if (!logits || !rows || !work || !ret || !n_vocab || n_vocab >= (1u << 24) ||
             ld < n_vocab || n_rows > 65535)
                 return -EINVAL;
-        while ((n_vocab >> bits) != 0)
-                bits++;
-        /* the top candidate weighs 2^F; n_vocab of them stay below 2^63 */
         /* rows of more than SCAN_MIN logits: their first pass over k_scan's parts (as
          * many as give each block SCAN_MIN logits, at most SCAN_PARTS) */
         const uint32_t parts = n_vocab < SCAN_MIN                ? 0
@@ -778,6 +775,9 @@ extern "C" int m40_cuda_sample(float *logits, size_t ld, uint32_t n_vocab,
         if (parts)
                 k_scan<<<dim3(parts, n_rows), SCAN_THREADS, 0, stream>>>(logits, ld, n_vocab, rows,
                                                                          part);
+        while ((n_vocab >> bits) != 0)
+                bits++;
+        /* the top candidate weighs 2^F; n_vocab of them stay below 2^63 */
         k_sample<<<n_rows, THREADS, 0, stream>>>(logits, ld, n_vocab, rows, (unsigned int *)work,
                                                  part, parts, ret, ldexpf(1.0f, 63 - bits));
         return m40_cuda_launch_status("sample");
