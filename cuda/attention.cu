@@ -77,6 +77,13 @@
 #ifndef ATTN_SPAN_MIN
 #define ATTN_SPAN_MIN 32
 #endif
+/* The first tile's page lookups issued with q's loads, not after them (one round trip
+ * less per block); same-run A/B (H100, batch-1 decode, 3 rounds), after -> with: 8B
+ * Q8_0 272.9 -> 274.4 tok/s, 8B Q4_0 384.1 -> 387.9, 1B Q4_0 1400.8 -> 1411.5, 1B F16
+ * 780.6 -> 784.0, 135M Q8_0 1316.3 -> 1327.8. Knob for A/B. */
+#ifndef ATTN_Q_EARLY
+#define ATTN_Q_EARLY 1
+#endif
 #define ATTN_MAX_SPLITS 32   /* splits of one (token, head), at most: one lane each in the merge */
 #define ATTN_TARGET     1024 /* blocks a launch aims for (H100: ~8 per SM, M40: ~43) */
 #define ATTN_MIN_BLOCKS 128  /* below this, query heads of one KV head go to separate blocks */
@@ -90,7 +97,8 @@ static_assert(ATTN_TARGET * sizeof(unsigned) <= M40_CUDA_ATTN_WS_COUNTERS, "coun
 
 static_assert(ATTN_MAX_SPLITS == 32, "the merge gives each split one lane of a warp");
 static_assert(M40_CUDA_MAX_HEAD_DIM % ATTN_THREADS == 0, "ATTN_DPT");
-static_assert(ATTN_HB <= 32 && ATTN_SPAN_MIN % ATTN_TILE == 0, "layout");
+static_assert(ATTN_HB <= 32 && ATTN_SPAN_MIN % ATTN_TILE == 0 && ATTN_TILE <= ATTN_THREADS,
+              "layout");
 
 __device__ __forceinline__ size_t slot_off(const struct m40_cuda_kv &kv, uint32_t tbl, uint32_t p)
 {
@@ -335,8 +343,18 @@ __global__ void __launch_bounds__(ATTN_THREADS)
 
         if (split >= n_split)
                 return; /* the whole block: no position of this token here */
+        /* the first tile's page lookups in flight with q's loads (one round trip, not
+         * two): its offsets are stored before the barrier below */
+        uint32_t page0 = 0;
+
+        if (ATTN_Q_EARLY && tid < (int)min(p1 - p0, (uint32_t)ATTN_TILE))
+                page0 = __ldg(kv.pages + tbl + (p0 + tid) / kv.page_tokens);
         for (int e = threadIdx.x; e < nh * hd; e += ATTN_THREADS)
                 qs[e] = q[(size_t)t * ldq + (size_t)h0 * hd + e];
+        if (ATTN_Q_EARLY && tid < (int)min(p1 - p0, (uint32_t)ATTN_TILE))
+                s_off[tid] = (size_t)page0 * kv.page_elems +
+                             ((size_t)kv.layer * kv.page_tokens + (p0 + tid) % kv.page_tokens) *
+                                     kv.kv_dim;
         if (threadIdx.x < HB) {
                 s_m[threadIdx.x] = -INFINITY;
                 s_l[threadIdx.x] = 0.0;
@@ -352,16 +370,20 @@ __global__ void __launch_bounds__(ATTN_THREADS)
                 const int n = (int)min(p1 - tp, (uint32_t)ATTN_TILE);
 
                 /* the tile's K/V offsets first, every thread one position: the page-table
-                 * lookups in parallel, not one dependent load ahead of each score */
-                for (int pp = tid; pp < n; pp += ATTN_THREADS) {
-                        const uint32_t p = tp + pp;
+                 * lookups in parallel, not one dependent load ahead of each score (the
+                 * first tile's are in s_off already) */
+                if (!ATTN_Q_EARLY || tp != p0) {
+                        for (int pp = tid; pp < n; pp += ATTN_THREADS) {
+                                const uint32_t p = tp + pp;
 
-                        s_off[pp] =
-                                (size_t)__ldg(kv.pages + tbl + p / kv.page_tokens) * kv.page_elems +
-                                ((size_t)kv.layer * kv.page_tokens + p % kv.page_tokens) *
-                                        kv.kv_dim;
+                                s_off[pp] =
+                                        (size_t)__ldg(kv.pages + tbl + p / kv.page_tokens) *
+                                                kv.page_elems +
+                                        ((size_t)kv.layer * kv.page_tokens + p % kv.page_tokens) *
+                                                kv.kv_dim;
+                        }
+                        __syncthreads();
                 }
-                __syncthreads();
 
                 /* VT: the tile's K and V rows, all loads issued at once; K is stored to
                  * shared memory for the scores, V after them (piece e: row e / cpr, 16

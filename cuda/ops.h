@@ -2,7 +2,8 @@
  *
  * Owns the contracts of the kernels between the matrix products (cuda/matvec.h): embedding
  * lookup, RMSNorm, bias and residual adds, SwiGLU, RoPE with the KV-cache append, attention
- * over the paged f16 KV cache (decode and causal prefill alike) and greedy argmax. Each
+ * over the paged f16 KV cache (decode and causal prefill alike) and greedy argmax; and an
+ * L2 prefetch hint, which computes nothing. Each op
  * has its CPU reference in the CPU engine (daemon/engine/ops.h, forward.c, model.c,
  * sampler.h) and computes the same FP32 math; tolerances are stated in each kernel file.
  *
@@ -128,6 +129,19 @@ size_t m40_cuda_attention_workspace(uint32_t n_tok, uint32_t n_heads, uint32_t m
  * lowest index on ties (m40_sampler_argmax()), for r < n_rows. */
 int m40_cuda_argmax(const float *x, size_t ld, uint32_t n, uint32_t n_rows, int32_t *ret,
                     struct CUstream_st *stream);
+
+/* m40_cuda_prefetch_l2 - ask the L2 cache to fetch the n (at most M40_CUDA_PREFETCH_MAX)
+ * ranges of device memory, in order, until `budget` bytes (the whole 128-byte lines
+ * inside each range), for kernels that read them later: a hint, with no effect on any
+ * result. Bytes past what the L2 holds push out the first ones: callers give a budget
+ * of a fraction of m40_cuda_device_info()->l2_bytes. Nothing to fetch launches nothing. */
+#define M40_CUDA_PREFETCH_MAX 8
+struct m40_cuda_range {
+        const void *p;
+        size_t bytes;
+};
+int m40_cuda_prefetch_l2(const struct m40_cuda_range *ranges, uint32_t n, size_t budget,
+                         struct CUstream_st *stream);
 
 #ifdef __cplusplus
 }

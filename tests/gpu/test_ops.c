@@ -656,6 +656,58 @@ static void test_argmax(void)
         }
 }
 
+/* ---- prefetch_l2: a hint; its contract is its argument checks and that it changes no
+ * byte, for ranges of any length and budgets that end anywhere ---- */
+
+static void test_prefetch(void)
+{
+        const size_t n = 3 * 4096 + 77;
+        uint8_t *h = malloc(n), *got = malloc(n), *d = NULL;
+
+        if (!h || !got) {
+                fail("out of host memory");
+                goto out;
+        }
+        for (size_t i = 0; i < n; i++)
+                h[i] = (uint8_t)rnd(256);
+        d = dput(h, n);
+        if (!d)
+                goto out;
+        {
+                struct m40_cuda_range r[M40_CUDA_PREFETCH_MAX + 1];
+                static const size_t budgets[] = {0, 1, 127, 128, 5000, (size_t)-1};
+
+                for (uint32_t i = 0; i <= M40_CUDA_PREFETCH_MAX; i++) {
+                        const size_t off = rnd(4096);
+
+                        r[i] = (struct m40_cuda_range){d + off, i == 2 ? 100 : rnd(n - off + 1)};
+                }
+                CHECK(m40_cuda_prefetch_l2(NULL, 1, 4096, NULL) == -EINVAL,
+                      "prefetch: NULL ranges");
+                CHECK(m40_cuda_prefetch_l2(r, M40_CUDA_PREFETCH_MAX + 1, 4096, NULL) == -EINVAL,
+                      "prefetch: too many ranges");
+                r[0].p = NULL;
+                CHECK(m40_cuda_prefetch_l2(r, 1, 4096, NULL) == -EINVAL, "prefetch: NULL range");
+                r[0] = (struct m40_cuda_range){NULL, 0}; /* empty: allowed */
+                CHECK(m40_cuda_prefetch_l2(NULL, 0, 4096, NULL) == 0, "prefetch: no ranges");
+                for (size_t b = 0; b < sizeof(budgets) / sizeof(budgets[0]); b++)
+                        for (uint32_t k = 1; k <= M40_CUDA_PREFETCH_MAX; k++)
+                                if (launched(m40_cuda_prefetch_l2(r, k, budgets[b], NULL),
+                                             "prefetch_l2"))
+                                        goto out;
+                r[1] = (struct m40_cuda_range){d, n}; /* the whole buffer, twice over */
+                r[2] = (struct m40_cuda_range){d + 1, n - 1};
+                if (launched(m40_cuda_prefetch_l2(r, 3, (size_t)-1, NULL), "prefetch_l2") ||
+                    dget(got, d, n, "prefetch_l2"))
+                        goto out;
+                CHECK(memcmp(got, h, n) == 0, "prefetch: the buffer changed");
+        }
+out:
+        cudaFree(d);
+        free(h);
+        free(got);
+}
+
 int main(int argc, char **argv)
 {
         struct m40_cuda_device *d;
@@ -680,6 +732,7 @@ int main(int argc, char **argv)
         test_elementwise();
         test_rope();
         test_argmax();
+        test_prefetch();
 
         printf("%-11s %-8s %10s %10s\n", "kernel", "bound", "worst", "outputs");
         for (int op = 0; op < OP_COUNT; op++)
