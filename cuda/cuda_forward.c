@@ -295,7 +295,14 @@ static int put_weights(struct m40_cuda_fwd *f, const struct m40_cuda_load_opts *
  * loads; same-run A/Bs on the H100 (batch-1 decode, 3 rounds, against no branch), with
  * budgets of 3, 6 and 12 MiB: 8B Q8_0 +2.0%, +0.7%, -0.2%; 8B Q4_0 +1.5%, 0, -1.0%;
  * 1B Q4_0 +3.4%, +1.4%, -2.4%; 1B Q8_0 +2.8%, +3.2%, +2.3%; 135M Q8_0 +6.5%, +13.0%,
- * +11.5%; and half the L2 (25 MiB): 8B Q8_0 -1.5%, 1B Q4_0 -4.0%. */
+ * +11.5%; and half the L2 (25 MiB): 8B Q8_0 -1.5%, 1B Q4_0 -4.0%. The products' own
+ * hints (layer(), the same budget each) on top, same run, batch 1: 8B Q8_0 275.9 ->
+ * 279.4 tok/s, 8B Q4_0 395.1 -> 403.7, 8B Q4_K_M 323.0 -> 327.1, 8B F16 169.2 -> 169.8,
+ * 1B F16 791.9 -> 816.5, 1B Q8_0 1158.7 -> 1184.9, 135M F16 1326.1 -> 1364.3, 135M Q8_0
+ * 1299.1 -> 1277.8 (-1.6%; -1.0% and -1.5% in two earlier runs); batch 8 within 0.3%.
+ * Given to every block instead of the last ones they lost (8B Q8_0 -1.1%, 1B Q4_0 -3.9%);
+ * the q/k/v product's last blocks asking for the layer's K/V pages for attention made no
+ * difference (within 0.6%) and is not done. */
 #define FWD_PREFETCH_NS 1000
 static size_t prefetch_budget(const struct m40_cuda_device_info *d)
 {
@@ -610,25 +617,64 @@ static int ffn_in(struct m40_cuda_fwd *f, const struct dlayer *l, uint32_t T)
         return r ? r : m40_cuda_swiglu(f->gate, f->up, f->ld_ff, f->m->n_ff, T, f->stream);
 }
 
-/* prefetch_fork - on f->side, after the work queued on f->stream so far: ask the L2 for
- * the matrices that follow layer l's attention (wo, gate, up, down, then the next layer's
- * q, k, v), as many bytes as f->pf_bytes; f->join marks the end. */
-static int prefetch_fork(struct m40_cuda_fwd *f, const struct dlayer *l, const struct dlayer *next)
+/* The weights a layer reads after its attention, in order (wo, gate, up, down, then the
+ * next layer's q, k, v or the output matrix), and how many bytes of each the L2 was asked
+ * for so far in this step: the branch beside attention takes the first f->pf_bytes, each
+ * product's last blocks the next f->pf_bytes of the one after it, where the asking
+ * stopped (no line asked for twice). */
+#define FWD_AHEAD 7
+struct ahead {
+        const struct m40_cuda_matrix *m[FWD_AHEAD];
+        size_t done[FWD_AHEAD];
+        uint32_t n;
+};
+
+static void ahead_init(struct ahead *a, const struct m40_cuda_fwd *f, const struct dlayer *l,
+                       const struct dlayer *next)
 {
-        const struct m40_cuda_matrix *ms[] = {&l->wo,
-                                              &l->gate,
-                                              &l->up,
-                                              &l->down,
-                                              next ? &next->wq : NULL,
-                                              next ? &next->wk : NULL,
-                                              next ? &next->wv : NULL};
+        const struct m40_cuda_matrix *ms[FWD_AHEAD] = {&l->wo,
+                                                       &l->gate,
+                                                       &l->up,
+                                                       &l->down,
+                                                       next ? &next->wq : &f->output,
+                                                       next ? &next->wk : NULL,
+                                                       next ? &next->wv : NULL};
+
+        memset(a, 0, sizeof(*a));
+        for (uint32_t i = 0; i < FWD_AHEAD && ms[i]; i++)
+                a->m[a->n++] = ms[i];
+}
+
+/* ahead_take - the range of a->m[i] after what was asked for, at most budget bytes of
+ * whole 128-byte lines (m40_cuda_prefetch_l2() asks for no partial line), and count it
+ * asked for. */
+static struct m40_cuda_range ahead_take(struct ahead *a, uint32_t i, size_t budget)
+{
+        const size_t size = ((size_t)a->m[i]->n_out * a->m[i]->row_bytes) & ~(size_t)127;
+        size_t bytes = size - a->done[i];
+
+        if (bytes > (budget & ~(size_t)127))
+                bytes = budget & ~(size_t)127;
+        const struct m40_cuda_range r = {(const char *)a->m[i]->data + a->done[i], bytes};
+
+        a->done[i] += bytes;
+        return r;
+}
+
+/* prefetch_fork - on f->side, after the work queued on f->stream so far: ask the L2 for
+ * the first f->pf_bytes of a's matrices; f->join marks the end. */
+static int prefetch_fork(struct m40_cuda_fwd *f, struct ahead *a)
+{
         struct m40_cuda_range rs[M40_CUDA_PREFETCH_MAX];
+        size_t left = f->pf_bytes;
         uint32_t n = 0;
         int r;
 
-        for (size_t i = 0; i < sizeof(ms) / sizeof(ms[0]) && ms[i]; i++)
-                rs[n++] = (struct m40_cuda_range){ms[i]->data,
-                                                  (size_t)ms[i]->n_out * ms[i]->row_bytes};
+        static_assert(FWD_AHEAD <= M40_CUDA_PREFETCH_MAX, "one launch");
+        for (uint32_t i = 0; i < a->n && left >= 128; i++) {
+                rs[n] = ahead_take(a, i, left);
+                left -= rs[n++].bytes;
+        }
         if (cudaEventRecord(f->fork, f->stream) != cudaSuccess ||
             cudaStreamWaitEvent(f->side, f->fork, 0) != cudaSuccess)
                 return m40_cuda_launch_status("fork");
@@ -636,6 +682,18 @@ static int prefetch_fork(struct m40_cuda_fwd *f, const struct dlayer *l, const s
         if (!r && cudaEventRecord(f->join, f->side) != cudaSuccess)
                 r = m40_cuda_launch_status("fork");
         return r;
+}
+
+/* l2_next - the L2 hint the next fused products carry (f->rms.next): the next f->pf_bytes
+ * of a's matrix i, or half of that of each of i and j (j < 0: i alone); i < 0: none. */
+static void l2_next(struct m40_cuda_fwd *f, struct ahead *a, int i, int j)
+{
+        const size_t budget = j >= 0 ? f->pf_bytes / 2 : f->pf_bytes;
+
+        f->rms.next[0] = i >= 0 && (uint32_t)i < a->n ? ahead_take(a, (uint32_t)i, budget)
+                                                      : (struct m40_cuda_range){NULL, 0};
+        f->rms.next[1] = j >= 0 && (uint32_t)j < a->n ? ahead_take(a, (uint32_t)j, budget)
+                                                      : (struct m40_cuda_range){NULL, 0};
 }
 
 /* layer - layer l (next: the one after it, or NULL for the last) for a step of T tokens. */
@@ -670,8 +728,11 @@ static int layer(struct m40_cuda_fwd *f, const struct dlayer *l, const struct dl
         /* small steps: attention is a chain of load latencies that leaves DRAM idle, so a
          * branch of the graph beside it fetches the next matrices into the L2 */
         const bool side = !r && fused(T) && f->pf_bytes;
+        struct ahead ah;
+
+        ahead_init(&ah, f, l, next);
         if (side)
-                r = prefetch_fork(f, l, next);
+                r = prefetch_fork(f, &ah);
         /* steps of many tokens of one sequence (prompts): attention in query tiles, when
          * the shape is one it takes */
         attn = -ENOTSUP;
@@ -685,9 +746,17 @@ static int layer(struct m40_cuda_fwd *f, const struct dlayer *l, const struct dl
         r = r ? r : attn;
         if (side && !r && cudaStreamWaitEvent(s, f->join, 0) != cudaSuccess)
                 r = m40_cuda_launch_status("join");
+        /* each product's last blocks ask the L2 for the next one's weights (matvec.h,
+         * m40_cuda_rms.next) where the branch stopped: gate and up after wo, down after
+         * them, the next layer's q (or the output matrix) after down; none without the
+         * branch (small steps only) */
+        l2_next(f, &ah, side ? 1 : -1, side ? 2 : -1);
         r = r ? r : mm_add(f, &l->wo, f->att, f->ld_q, T, l->ffn_norm);
+        l2_next(f, &ah, side ? 3 : -1, -1);
         r = r ? r : ffn_in(f, l, T);
+        l2_next(f, &ah, side ? 4 : -1, -1);
         r = r ? r : mm_add(f, &l->down, f->gate, f->ld_ff, T, next ? next->attn_norm : NULL);
+        l2_next(f, &ah, -1, -1);
         return r;
 }
 

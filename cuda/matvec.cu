@@ -220,12 +220,24 @@ extern "C" int m40_cuda_matvec_add(const struct m40_cuda_matrix *w, const float 
         return r < 0 ? r : launch(&a, 1, w->type, 0, stream);
 }
 
+/* The L2 hint of rms (matvec.h) into a's kernel arguments: whole lines only. */
+static void l2_hint(struct mv_args *a, const struct m40_cuda_rms *rms)
+{
+        for (int i = 0; i < 2; i++) {
+                const size_t lines = MV_PF && rms->next[i].p ? rms->next[i].bytes / 128 : 0;
+
+                a->rms.pf[i] = (const char *)rms->next[i].p;
+                a->rms.pf_lines[i] = lines < UINT_MAX / 4 ? (unsigned)lines : UINT_MAX / 4;
+        }
+}
+
 /* The fused RMSNorm's consumer arguments (rms checked by the caller) for k_matvec MODE
  * mode (1, 3 or 4) into a[0], which carries them for the launch. */
 static void rms_consumer(struct mv_args *a, const struct m40_cuda_rms *rms, int mode)
 {
         const size_t slots = rms->partial_bytes / (MV_NB_MAX * sizeof(float));
 
+        l2_hint(a, rms);
         a->rms.ss_part = rms->partial;
         a->rms.ss_count = rms->count;
         a->rms.ss_cap = slots < UINT_MAX ? (unsigned)slots : UINT_MAX;
@@ -331,6 +343,7 @@ extern "C" int m40_cuda_matvec_add_rms(const struct m40_cuda_matrix *w, const fl
         a.rms.ss_part = rms->partial;
         a.rms.ss_count = rms->count;
         a.rms_mode = 2;
+        l2_hint(&a, rms);
         return launch(&a, 1, w->type, 0, stream);
 }
 

@@ -69,6 +69,15 @@
 #ifndef MV_HOIST
 #define MV_HOIST 1
 #endif
+/* The L2 hint of the fused decode launches (matvec.h, m40_cuda_rms.next); knobs for A/B:
+ * MV_PF 0 drops it, MV_PF_ALL 1 gives it to every block instead of the last ones (about
+ * one per SM). */
+#ifndef MV_PF
+#define MV_PF 1
+#endif
+#ifndef MV_PF_ALL
+#define MV_PF_ALL 0
+#endif
 #define MV_WARPS   (MV_THREADS / 32)
 #define MM_THREADS 256
 #define MM_KS      32 /* k per k_matmul step */
@@ -432,6 +441,8 @@ static __global__ void __launch_bounds__(MV_THREADS, mv_minb<T, NB>::V)
                 matvec_lane<T, NB, R, VEC, U, MODE == 3>(w + (size_t)row0 * row_bytes, row_bytes,
                                                          nrows, n_in, p0, p1 < np ? p1 : np, lane,
                                                          32, x, ldx, nb, acc, mm.hoff);
+        if (MODE != 0)
+                l2_next(mm.rms); /* the next kernel's first bytes, by the last blocks */
         /* the R x NB sums, scattered: lane i < R * NB gets sum i = (r, c) = (i / NB, i %
          * NB) (sum(i) reads it from any lane) */
         enum { NS = R * NB, SSH = 5 - warp_log2<NS>::V };

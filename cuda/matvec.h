@@ -33,6 +33,7 @@
 #include <stdint.h>
 
 #include "cuda/launch.h"
+#include "cuda/ops.h" /* struct m40_cuda_range */
 
 #ifdef __cplusplus
 extern "C" {
@@ -104,6 +105,12 @@ struct m40_cuda_rms {
                                * the consumer may read all of it */
         unsigned *count;      /* one word: how many partials the producer left */
         float eps;            /* consumer: the norm's epsilon */
+        /* Not the norm's: an L2 hint that every launcher taking this struct carries. The
+         * blocks that start last (about one per SM) ask the L2 for the whole 128-byte
+         * lines of these ranges as their products end, so that DRAM fetches what the
+         * step's next kernel reads first while this one drains and the next one starts
+         * (ops.h's m40_cuda_prefetch_l2(); no effect on any result). p NULL: none. */
+        struct m40_cuda_range next[2];
 };
 
 /* m40_cuda_matvec_add_rms - m40_cuda_matvec_add(), then, for the updated y[c][0 ..

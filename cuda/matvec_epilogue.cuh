@@ -41,6 +41,10 @@ struct mv_rms {
         unsigned *ss_count;
         unsigned ss_cap; /* consumer: the partial slots ss_part holds */
         float eps;       /* consumer */
+        /* the L2 hint (matvec.h, m40_cuda_rms.next): lines of 128 bytes from pf[i], asked
+         * for by blocks pf_from .. gridDim.x - 1 */
+        const char *pf[2];
+        unsigned pf_lines[2], pf_from;
 };
 
 /* RoPE and the KV-cache append in the epilogue of the q/k/v consumer (MODE 4): rows of
@@ -54,6 +58,23 @@ struct mv_rope {
         int n_rot, hd;
         struct m40_cuda_kv kv;
 };
+
+/* The L2 hint: this thread's share of rm's prefetches, when its block is one of the
+ * last (blocks pf_from ..); a prefetch returns nothing, so the warp goes on at once. */
+static __device__ __forceinline__ void l2_next(const struct mv_rms &rm)
+{
+        const unsigned n0 = rm.pf_lines[0], n = n0 + rm.pf_lines[1];
+
+        if (blockIdx.x < rm.pf_from || !n)
+                return;
+        for (unsigned i = (blockIdx.x - rm.pf_from) * MV_THREADS + threadIdx.x; i < n;
+             i += (gridDim.x - rm.pf_from) * MV_THREADS) {
+                const char *a =
+                        i < n0 ? rm.pf[0] + (size_t)i * 128 : rm.pf[1] + (size_t)(i - n0) * 128;
+
+                asm volatile("prefetch.L2 [%0];" : : "l"(a));
+        }
+}
 
 /* The producer's partial: sq is the square of the output this thread wrote (0 if none),
  * in column c. Every thread of the block calls it. */

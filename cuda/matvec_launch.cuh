@@ -89,6 +89,8 @@ static int launch_mv(const struct mv_args *a, int n, int sms, cudaStream_t strea
 
         enum { U = mv_unroll<T, NB>::U };
 
+        /* the L2 hint goes to the last blocks, about one per SM */
+        mm.rms.pf_from = blocks > (unsigned)sms && !MV_PF_ALL ? blocks - (unsigned)sms : 0;
         if (a->rms_mode == 3)
                 return mv_paired<T, NB, R, VEC, U, 3>::launch(mm, a, blocks, sl, stream);
         if (a->rms_mode == 4)

@@ -266,7 +266,10 @@ static void run_case_n(const struct mat *ms, uint32_t n, int ti, int k, uint32_t
                         dpart,
                         M40_CUDA_RMS_PARTIAL_BYTES(m->n_out > RMS_PARTS ? m->n_out : RMS_PARTS),
                         dcount,
-                        RMS_EPS};
+                        RMS_EPS,
+                        /* the L2 hint over the weights and a ragged run of x: no effect */
+                        {{w[0].data, (size_t)w[0].n_out * w[0].row_bytes},
+                         {dx, sizeof(float) * ldx - 4}}};
 
                 r = k == K_NORM ? m40_cuda_matmul_n_rms(w, n, dxg, ldx, &ro, dys, ldy, batch, NULL)
                     : k == K_SWIGLU
@@ -521,8 +524,15 @@ static void qkv_case(int ti, const struct mat *ms, uint32_t hd, uint32_t n_rot, 
         for (int i = 0; i < 3; i++)
                 w[i] = mat_view(&ms[i]);
         {
-                const struct m40_cuda_rms rms = {NULL,          NULL,   0,      dpart,
-                                                 sizeof(parts), dcount, RMS_EPS};
+                const struct m40_cuda_rms rms = {
+                        NULL,
+                        NULL,
+                        0,
+                        dpart,
+                        sizeof(parts),
+                        dcount,
+                        RMS_EPS,
+                        {{w[0].data, (size_t)w[0].n_out * w[0].row_bytes}, {NULL, 0}}};
                 const struct m40_cuda_rope rope = {dcs, n_rot, neox};
                 struct m40_cuda_kv kv = {.page_elems = page_elems,
                                          .v_off = page_elems / 2,
@@ -780,8 +790,10 @@ static void check_arguments(void)
                       "matmul_n of two row lengths accepted");
                 ws[2] = w;
                 { /* qkv_rope: each of these refused before anything runs */
-                        const struct m40_cuda_rms rms = {
-                                NULL, NULL, 0, dy + 256, 256, (unsigned *)(dy + 512), RMS_EPS};
+                        const struct m40_cuda_rms rms = {NULL,    NULL,
+                                                         0,       dy + 256,
+                                                         256,     (unsigned *)(dy + 512),
+                                                         RMS_EPS, {{NULL, 0}, {NULL, 0}}};
                         struct m40_cuda_rope rope = {dy + 600, 4, 0};
                         struct m40_cuda_kv kv = {.base = (uint16_t *)(dy + 700),
                                                  .page_elems = 64,

@@ -179,8 +179,14 @@ static void embed_case(uint32_t type, uint32_t dim, uint32_t n_vocab, uint32_t n
                 dg = dput(row, sizeof(float) * dim);
                 dxg = dput(NULL, sizeof(float) * ny);
                 xg = malloc(sizeof(float) * ny);
-                ro = (struct m40_cuda_rms){dg,   dxg,  ld, dsc, M40_CUDA_RMS_PARTIAL_BYTES(1),
-                                           dcnt, 1e-5f};
+                ro = (struct m40_cuda_rms){dg,
+                                           dxg,
+                                           ld,
+                                           dsc,
+                                           M40_CUDA_RMS_PARTIAL_BYTES(1),
+                                           dcnt,
+                                           1e-5f,
+                                           {{NULL, 0}, {NULL, 0}}};
                 if (!dsc || !dcnt || !dg || !dxg || !xg ||
                     launched(m40_cuda_embed_rms(dt, type, rb, dim, dtok, nt, dy, ld, &ro, NULL),
                              "embed_rms") ||
