@@ -57,8 +57,8 @@ struct m40_cuda_fwd {
         struct m40_cuda_weights w;
         cudaStream_t stream;
         /* the graph branch beside attention (layer()): its stream, fork and join events,
-         * and how many bytes of the next matrices it asks the L2 for (half the L2; 0: no
-         * branch) */
+         * and how many bytes of the next matrices it and each product's last blocks ask
+         * the L2 for (prefetch_budget(); 0: none, no branch) */
         cudaStream_t side;
         cudaEvent_t fork, join;
         size_t pf_bytes;
@@ -295,7 +295,9 @@ static int put_weights(struct m40_cuda_fwd *f, const struct m40_cuda_load_opts *
  * loads; same-run A/Bs on the H100 (batch-1 decode, 3 rounds, against no branch), with
  * budgets of 3, 6 and 12 MiB: 8B Q8_0 +2.0%, +0.7%, -0.2%; 8B Q4_0 +1.5%, 0, -1.0%;
  * 1B Q4_0 +3.4%, +1.4%, -2.4%; 1B Q8_0 +2.8%, +3.2%, +2.3%; 135M Q8_0 +6.5%, +13.0%,
- * +11.5%; and half the L2 (25 MiB): 8B Q8_0 -1.5%, 1B Q4_0 -4.0%. The products' own
+ * +11.5%; and half the L2 (25 MiB): 8B Q8_0 -1.5%, 1B Q4_0 -4.0%; 1 and 2 MiB against
+ * this budget (3.35 MB on the H100), seven models: 8B within 0.7%, 1B and 135M up to 4%
+ * lower (and one 135M F16 figure 12% lower). The products' own
  * hints (layer(), the same budget each) on top, same run, batch 1: 8B Q8_0 275.9 ->
  * 279.4 tok/s, 8B Q4_0 395.1 -> 403.7, 8B Q4_K_M 323.0 -> 327.1, 8B F16 169.2 -> 169.8,
  * 1B F16 791.9 -> 816.5, 1B Q8_0 1158.7 -> 1184.9, 135M F16 1326.1 -> 1364.3, 135M Q8_0
