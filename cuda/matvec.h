@@ -106,10 +106,11 @@ struct m40_cuda_rms {
         unsigned *count;      /* one word: how many partials the producer left */
         float eps;            /* consumer: the norm's epsilon */
         /* Not the norm's: an L2 hint that every launcher taking this struct carries. The
-         * blocks that start last (about one per SM) ask the L2 for the whole 128-byte
-         * lines of these ranges as their products end, so that DRAM fetches what the
-         * step's next kernel reads first while this one drains and the next one starts
-         * (ops.h's m40_cuda_prefetch_l2(); no effect on any result). p NULL: none. */
+         * blocks that start last (about one per SM) ask the L2 for these ranges (one line
+         * per whole 128-byte step from p, as ops.h's m40_cuda_prefetch_l2()) as their
+         * products end, so that DRAM fetches what the step's next kernel reads first
+         * while this one drains and the next one starts. No effect on any result; p
+         * NULL: none. */
         struct m40_cuda_range next[2];
 };
 

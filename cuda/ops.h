@@ -3,7 +3,7 @@
  * Owns the contracts of the kernels between the matrix products (cuda/matvec.h): embedding
  * lookup, RMSNorm, bias and residual adds, SwiGLU, RoPE with the KV-cache append, attention
  * over the paged f16 KV cache (decode and causal prefill alike) and greedy argmax; and an
- * L2 prefetch hint, which computes nothing. Each op
+ * L2 prefetch hint, which computes nothing and has no reference. Each of the others
  * has its CPU reference in the CPU engine (daemon/engine/ops.h, forward.c, model.c,
  * sampler.h) and computes the same FP32 math; tolerances are stated in each kernel file.
  *
@@ -130,11 +130,15 @@ size_t m40_cuda_attention_workspace(uint32_t n_tok, uint32_t n_heads, uint32_t m
 int m40_cuda_argmax(const float *x, size_t ld, uint32_t n, uint32_t n_rows, int32_t *ret,
                     struct CUstream_st *stream);
 
-/* m40_cuda_prefetch_l2 - ask the L2 cache to fetch the n (at most M40_CUDA_PREFETCH_MAX)
- * ranges of device memory, in order, until `budget` bytes (the whole 128-byte lines
- * inside each range), for kernels that read them later: a hint, with no effect on any
- * result. Bytes past what the L2 holds push out the first ones: callers give a budget
- * of a fraction of m40_cuda_device_info()->l2_bytes. Nothing to fetch launches nothing. */
+/* m40_cuda_prefetch_l2 - ask the L2 cache for the n (at most M40_CUDA_PREFETCH_MAX)
+ * ranges of device memory, in order, until `budget` bytes: one 128-byte line at each
+ * 128-byte step from a range's start that fits whole in the range (a partial step at
+ * its end is not asked for), for kernels that read them later. A hint: no effect on any
+ * result, nothing read into the program. Lines past what the L2 holds push out the
+ * first ones, and prefetches delay other loads: callers keep the budget a small part of
+ * m40_cuda_device_info()->l2_bytes (cuda_forward.c: peak bandwidth x 1 us). Returns 0
+ * (nothing to fetch: nothing launched), -EINVAL for NULL ranges with n > 0, n too large
+ * or a range with bytes but no p, M40_ECUDA. */
 #define M40_CUDA_PREFETCH_MAX 8
 struct m40_cuda_range {
         const void *p;
