@@ -100,10 +100,9 @@ static_assert(M40_CUDA_MAX_HEAD_DIM % ATTN_THREADS == 0, "ATTN_DPT");
 static_assert(ATTN_HB <= 32 && ATTN_SPAN_MIN % ATTN_TILE == 0 && ATTN_TILE <= ATTN_THREADS,
               "layout");
 
-__device__ __forceinline__ size_t slot_off(const struct m40_cuda_kv &kv, uint32_t tbl, uint32_t p)
+/* The element offset of position p's K (V: + v_off) in the layer's slab of its page. */
+__device__ __forceinline__ size_t slot_in(const struct m40_cuda_kv &kv, uint32_t page, uint32_t p)
 {
-        const uint32_t page = kv.pages[tbl + p / kv.page_tokens];
-
         return (size_t)page * kv.page_elems +
                ((size_t)kv.layer * kv.page_tokens + p % kv.page_tokens) * kv.kv_dim;
 }
@@ -134,7 +133,7 @@ __global__ void k_rope_store(struct m40_cuda_rope r, struct m40_cuda_kv kv, floa
         const int t = blockIdx.x, half = (int)r.n_rot / 2, rest = hd - (int)r.n_rot;
         const uint32_t pos = kv.pos[t];
         const float *cs = r.cs + (size_t)pos * r.n_rot;
-        const size_t off = slot_off(kv, kv.tbl[t], pos);
+        const size_t off = slot_in(kv, kv.pages[kv.tbl[t] + pos / kv.page_tokens], pos);
         __half *kc = (__half *)kv.base + off, *vc = (__half *)kv.base + kv.v_off + off;
         const int nq = n_heads * half, nk = n_kv_heads * half, nr = n_kv_heads * rest;
         const int nv = n_kv_heads * hd, total = nq + nk + nr + nv;
@@ -352,9 +351,7 @@ __global__ void __launch_bounds__(ATTN_THREADS)
         for (int e = threadIdx.x; e < nh * hd; e += ATTN_THREADS)
                 qs[e] = q[(size_t)t * ldq + (size_t)h0 * hd + e];
         if (ATTN_Q_EARLY && tid < (int)min(p1 - p0, (uint32_t)ATTN_TILE))
-                s_off[tid] = (size_t)page0 * kv.page_elems +
-                             ((size_t)kv.layer * kv.page_tokens + (p0 + tid) % kv.page_tokens) *
-                                     kv.kv_dim;
+                s_off[tid] = slot_in(kv, page0, p0 + tid);
         if (threadIdx.x < HB) {
                 s_m[threadIdx.x] = -INFINITY;
                 s_l[threadIdx.x] = 0.0;
@@ -377,10 +374,7 @@ __global__ void __launch_bounds__(ATTN_THREADS)
                                 const uint32_t p = tp + pp;
 
                                 s_off[pp] =
-                                        (size_t)__ldg(kv.pages + tbl + p / kv.page_tokens) *
-                                                kv.page_elems +
-                                        ((size_t)kv.layer * kv.page_tokens + p % kv.page_tokens) *
-                                                kv.kv_dim;
+                                        slot_in(kv, __ldg(kv.pages + tbl + p / kv.page_tokens), p);
                         }
                         __syncthreads();
                 }
