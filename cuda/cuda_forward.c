@@ -25,6 +25,7 @@
 #include "cuda/alloc.h"
 #include "cuda/device.h"
 #include "cuda/gemm.h"
+#include "cuda/l2_plan.h"
 #include "cuda/loader.h"
 #include "cuda/matvec.h"
 #include "cuda/ops.h"
@@ -58,7 +59,7 @@ struct m40_cuda_fwd {
         cudaStream_t stream;
         /* the graph branch beside attention (layer()): its stream, fork and join events,
          * and how many bytes of the next matrices it and each product's last blocks ask
-         * the L2 for (prefetch_budget(); 0: none, no branch) */
+         * the L2 for (cuda/l2_plan.h; 0: none, no branch) */
         cudaStream_t side;
         cudaEvent_t fork, join;
         size_t pf_bytes;
@@ -289,31 +290,6 @@ static int put_weights(struct m40_cuda_fwd *f, const struct m40_cuda_load_opts *
         return r;
 }
 
-/* The bytes that the graph branch beside attention asks the L2 for (prefetch_fork()):
- * what DRAM delivers in FWD_PREFETCH_NS at the device's peak rate, at most half the L2.
- * More keeps DRAM busy longer than attention leaves it idle and delays attention's own
- * loads; same-run A/Bs on the H100 (batch-1 decode, 3 rounds, against no branch), with
- * budgets of 3, 6 and 12 MiB: 8B Q8_0 +2.0%, +0.7%, -0.2%; 8B Q4_0 +1.5%, 0, -1.0%;
- * 1B Q4_0 +3.4%, +1.4%, -2.4%; 1B Q8_0 +2.8%, +3.2%, +2.3%; 135M Q8_0 +6.5%, +13.0%,
- * +11.5%; and half the L2 (25 MiB): 8B Q8_0 -1.5%, 1B Q4_0 -4.0%; 1 and 2 MiB against
- * this budget (3.35 MB on the H100), seven models: 8B within 0.7%, 1B and 135M up to 4%
- * lower (and one 135M F16 figure 12% lower). The products' own
- * hints (layer(), the same budget each) on top, same run, batch 1: 8B Q8_0 275.9 ->
- * 279.4 tok/s, 8B Q4_0 395.1 -> 403.7, 8B Q4_K_M 323.0 -> 327.1, 8B F16 169.2 -> 169.8,
- * 1B F16 791.9 -> 816.5, 1B Q8_0 1158.7 -> 1184.9, 135M F16 1326.1 -> 1364.3, 135M Q8_0
- * 1299.1 -> 1277.8 (-1.6%; -1.0% and -1.5% in two earlier runs); batch 8 within 0.3%.
- * Given to every block instead of the last ones they lost (8B Q8_0 -1.1%, 1B Q4_0 -3.9%);
- * the q/k/v product's last blocks asking for the layer's K/V pages for attention made no
- * difference (within 0.6%) and is not done. */
-#define FWD_PREFETCH_NS 1000
-static size_t prefetch_budget(const struct m40_cuda_device_info *d)
-{
-        const double b = d->peak_bw_gbs * FWD_PREFETCH_NS; /* GB/s x ns = bytes */
-        const size_t half = (size_t)(d->l2_bytes > 0 ? d->l2_bytes : 0) / 2;
-
-        return b < (double)half ? (size_t)b : half;
-}
-
 static int scratch(struct m40_cuda_fwd *f, char *err, size_t errlen)
 {
         const size_t T = f->max_tokens;
@@ -356,7 +332,7 @@ static int scratch(struct m40_cuda_fwd *f, char *err, size_t errlen)
         r = r ? r
               : cuda_fail(cudaEventCreateWithFlags(&f->join, cudaEventDisableTiming),
                           "cudaEventCreate", err, errlen);
-        f->pf_bytes = prefetch_budget(m40_cuda_device_info(f->dev));
+        f->pf_bytes = m40_cuda_l2_budget(m40_cuda_device_info(f->dev));
         return r;
 }
 
@@ -619,64 +595,15 @@ static int ffn_in(struct m40_cuda_fwd *f, const struct dlayer *l, uint32_t T)
         return r ? r : m40_cuda_swiglu(f->gate, f->up, f->ld_ff, f->m->n_ff, T, f->stream);
 }
 
-/* The weights a layer reads after its attention, in order (wo, gate, up, down, then the
- * next layer's q, k, v or the output matrix), and how many bytes of each the L2 was asked
- * for so far in this step: the branch beside attention takes the first f->pf_bytes, each
- * product's last blocks the next f->pf_bytes of the one after it, where the asking
- * stopped (no line asked for twice). */
-#define FWD_AHEAD 7
-struct ahead {
-        const struct m40_cuda_matrix *m[FWD_AHEAD];
-        size_t done[FWD_AHEAD];
-        uint32_t n;
-};
-
-static void ahead_init(struct ahead *a, const struct m40_cuda_fwd *f, const struct dlayer *l,
-                       const struct dlayer *next)
-{
-        const struct m40_cuda_matrix *ms[FWD_AHEAD] = {&l->wo,
-                                                       &l->gate,
-                                                       &l->up,
-                                                       &l->down,
-                                                       next ? &next->wq : &f->output,
-                                                       next ? &next->wk : NULL,
-                                                       next ? &next->wv : NULL};
-
-        memset(a, 0, sizeof(*a));
-        for (uint32_t i = 0; i < FWD_AHEAD && ms[i]; i++)
-                a->m[a->n++] = ms[i];
-}
-
-/* ahead_take - the range of a->m[i] after what was asked for, at most budget bytes of
- * whole 128-byte lines (m40_cuda_prefetch_l2() asks for no partial line), and count it
- * asked for. */
-static struct m40_cuda_range ahead_take(struct ahead *a, uint32_t i, size_t budget)
-{
-        const size_t size = ((size_t)a->m[i]->n_out * a->m[i]->row_bytes) & ~(size_t)127;
-        size_t bytes = size - a->done[i];
-
-        if (bytes > (budget & ~(size_t)127))
-                bytes = budget & ~(size_t)127;
-        const struct m40_cuda_range r = {(const char *)a->m[i]->data + a->done[i], bytes};
-
-        a->done[i] += bytes;
-        return r;
-}
-
 /* prefetch_fork - on f->side, after the work queued on f->stream so far: ask the L2 for
- * the first f->pf_bytes of a's matrices; f->join marks the end. */
-static int prefetch_fork(struct m40_cuda_fwd *f, struct ahead *a)
+ * the first f->pf_bytes of p's matrices; f->join marks the end. */
+static int prefetch_fork(struct m40_cuda_fwd *f, struct m40_cuda_l2_plan *p)
 {
-        struct m40_cuda_range rs[M40_CUDA_PREFETCH_MAX];
-        size_t left = f->pf_bytes;
-        uint32_t n = 0;
+        struct m40_cuda_range rs[M40_CUDA_L2_PLAN_MAX];
+        const uint32_t n = m40_cuda_l2_plan_first(p, f->pf_bytes, rs);
         int r;
 
-        static_assert(FWD_AHEAD <= M40_CUDA_PREFETCH_MAX, "one launch");
-        for (uint32_t i = 0; i < a->n && left >= 128; i++) {
-                rs[n] = ahead_take(a, i, left);
-                left -= rs[n++].bytes;
-        }
+        static_assert(M40_CUDA_L2_PLAN_MAX <= M40_CUDA_PREFETCH_MAX, "one launch");
         if (cudaEventRecord(f->fork, f->stream) != cudaSuccess ||
             cudaStreamWaitEvent(f->side, f->fork, 0) != cudaSuccess)
                 return m40_cuda_launch_status("fork");
@@ -687,15 +614,14 @@ static int prefetch_fork(struct m40_cuda_fwd *f, struct ahead *a)
 }
 
 /* l2_next - the L2 hint the next fused products carry (f->rms.next): the next f->pf_bytes
- * of a's matrix i, or half of that of each of i and j (j < 0: i alone); i < 0: none. */
-static void l2_next(struct m40_cuda_fwd *f, struct ahead *a, int i, int j)
+ * of p's matrix i, or half of that of each of i and j (j < 0: i alone; an index past the
+ * plan: none). */
+static void l2_next(struct m40_cuda_fwd *f, struct m40_cuda_l2_plan *p, int i, int j)
 {
         const size_t budget = j >= 0 ? f->pf_bytes / 2 : f->pf_bytes;
 
-        f->rms.next[0] = i >= 0 && (uint32_t)i < a->n ? ahead_take(a, (uint32_t)i, budget)
-                                                      : (struct m40_cuda_range){NULL, 0};
-        f->rms.next[1] = j >= 0 && (uint32_t)j < a->n ? ahead_take(a, (uint32_t)j, budget)
-                                                      : (struct m40_cuda_range){NULL, 0};
+        f->rms.next[0] = m40_cuda_l2_plan_take(p, i >= 0 ? (uint32_t)i : UINT32_MAX, budget);
+        f->rms.next[1] = m40_cuda_l2_plan_take(p, j >= 0 ? (uint32_t)j : UINT32_MAX, budget);
 }
 
 /* layer - layer l (next: the one after it, or NULL for the last) for a step of T tokens. */
@@ -730,11 +656,19 @@ static int layer(struct m40_cuda_fwd *f, const struct dlayer *l, const struct dl
         /* small steps: attention is a chain of load latencies that leaves DRAM idle, so a
          * branch of the graph beside it fetches the next matrices into the L2 */
         const bool side = !r && fused(T) && f->pf_bytes;
-        struct ahead ah;
+        /* what the layer reads after attention, in order (none without the branch) */
+        const struct m40_cuda_matrix *const after[] = {&l->wo,
+                                                       &l->gate,
+                                                       &l->up,
+                                                       &l->down,
+                                                       next ? &next->wq : &f->output,
+                                                       next ? &next->wk : NULL,
+                                                       next ? &next->wv : NULL};
+        struct m40_cuda_l2_plan plan;
 
-        ahead_init(&ah, f, l, next);
+        m40_cuda_l2_plan_init(&plan, after, side ? sizeof(after) / sizeof(after[0]) : 0);
         if (side)
-                r = prefetch_fork(f, &ah);
+                r = prefetch_fork(f, &plan);
         /* steps of many tokens of one sequence (prompts): attention in query tiles, when
          * the shape is one it takes */
         attn = -ENOTSUP;
@@ -750,15 +684,14 @@ static int layer(struct m40_cuda_fwd *f, const struct dlayer *l, const struct dl
                 r = m40_cuda_launch_status("join");
         /* each product's last blocks ask the L2 for the next one's weights (matvec.h,
          * m40_cuda_rms.next) where the branch stopped: gate and up after wo, down after
-         * them, the next layer's q (or the output matrix) after down; none without the
-         * branch (small steps only) */
-        l2_next(f, &ah, side ? 1 : -1, side ? 2 : -1);
+         * them, the next layer's q (or the output matrix) after down */
+        l2_next(f, &plan, 1, 2);
         r = r ? r : mm_add(f, &l->wo, f->att, f->ld_q, T, l->ffn_norm);
-        l2_next(f, &ah, side ? 3 : -1, -1);
+        l2_next(f, &plan, 3, -1);
         r = r ? r : ffn_in(f, l, T);
-        l2_next(f, &ah, side ? 4 : -1, -1);
+        l2_next(f, &plan, 4, -1);
         r = r ? r : mm_add(f, &l->down, f->gate, f->ld_ff, T, next ? next->attn_norm : NULL);
-        l2_next(f, &ah, -1, -1);
+        l2_next(f, &plan, -1, -1);
         return r;
 }
 
