@@ -14,7 +14,9 @@
  * 8192 cap, one split and many; both sides read the same f16 K and V, so f16 rounding is
  * not in the error. Outputs are poisoned first; guard columns past each row and a guard
  * row past the last must stay poisoned. m40_cuda_attention() runs twice on one
- * workspace (same bits, counters back to zero); every single-sequence step also runs
+ * workspace (same bits, counters back to zero), decode steps a third time under the
+ * launch bound of the engine's step graphs (max_pos rounded up to a multiple of 128,
+ * less one: another plan, compared with the reference); every single-sequence step also runs
  * m40_cuda_attention_prompt(), which must take exactly the shapes it documents
  * (head_dim 32/64/96/128, at most 16 query heads per KV head) and say -ENOTSUP for the
  * rest. Then the launchers' argument checks.
@@ -74,9 +76,12 @@ static void attn_case(uint32_t n_heads, uint32_t n_kv, uint32_t hd, uint32_t pag
         uint32_t n_pages = 0, max_ctx = 0, dctx[64];
         struct cache c = {0};
         struct step s = {0};
-        float *q = NULL, *out = NULL, *out2 = NULL, *out3 = NULL, *ref = NULL, *sc = NULL,
-              *dq = NULL, *dout = NULL;
-        const float *outs[2];
+        float *q = NULL, *out = NULL, *out2 = NULL, *out3 = NULL, *out4 = NULL, *ref = NULL,
+              *sc = NULL, *dq = NULL, *dout = NULL;
+        const float *outs[3];
+        const char *out_name[3] = {""};
+        int out_op[3] = {OP_ATTN, OP_ATTN, OP_ATTN};
+        char bound_name[48];
         int n_outs = 1;
         double *mag = NULL;
         unsigned *cnt = NULL;
@@ -104,10 +109,11 @@ static void attn_case(uint32_t n_heads, uint32_t n_kv, uint32_t hd, uint32_t pag
         out = host_poison(n_out);
         out2 = host_poison(n_out);
         out3 = host_poison(n_out);
+        out4 = host_poison(n_out);
         ref = malloc(sizeof(float) * hd);
         sc = malloc(sizeof(float) * max_ctx);
         mag = malloc(sizeof(double) * hd);
-        if (!q || !out || !out2 || !out3 || !ref || !sc || !mag) {
+        if (!q || !out || !out2 || !out3 || !out4 || !ref || !sc || !mag) {
                 fail("out of host memory");
                 goto out;
         }
@@ -174,8 +180,36 @@ static void attn_case(uint32_t n_heads, uint32_t n_kv, uint32_t hd, uint32_t pag
                 } else if (dget(out3, dout, sizeof(float) * n_out, what)) {
                         goto out;
                 } else {
+                        out_name[n_outs] = " (query tiles)";
+                        out_op[n_outs] = OP_ATTN_PROMPT;
                         outs[n_outs++] = out3;
                 }
+        }
+        /* decode under a launch bound past the positions, as the engine's step graphs
+         * run it (max_pos rounded up to a multiple of 128, less one): another plan of
+         * splits (and blocks of tiles) over the same positions */
+        if (decode && (s.max_pos | 127) != s.max_pos) {
+                const struct m40_cuda_kv kv = kv_of(&c, &s);
+                const uint32_t bound = s.max_pos | 127;
+                const size_t wsb = m40_cuda_attention_workspace(s.n_tok, n_heads, bound, hd);
+                void *ws2 = NULL;
+                int r = 0;
+
+                if (wsb && (!(ws2 = dput(NULL, wsb)) ||
+                            cudaMemset(ws2, 0, M40_CUDA_ATTN_WS_COUNTERS) != cudaSuccess))
+                        r = -1;
+                if (!r && (cudaMemset(dout, 0xff, sizeof(float) * n_out) != cudaSuccess ||
+                           launched(m40_cuda_attention(&kv, dq, ldq, dout, ldo, n_heads, n_kv, hd,
+                                                       scale, s.n_tok, bound, ws2, wsb, NULL),
+                                    what) ||
+                           dget(out4, dout, sizeof(float) * n_out, what)))
+                        r = -1;
+                cudaFree(ws2);
+                if (r)
+                        goto out;
+                snprintf(bound_name, sizeof(bound_name), " (bound %u)", bound);
+                out_name[n_outs] = bound_name;
+                outs[n_outs++] = out4;
         }
         for (uint32_t t = 0; t <= s.n_tok && bad < 3; t++)
                 for (uint32_t h = 0; h <= n_heads && bad < 3; h++) {
@@ -194,7 +228,7 @@ static void attn_case(uint32_t n_heads, uint32_t n_kv, uint32_t hd, uint32_t pag
                                                 if (!is_poison(got[i])) {
                                                         fail("%s%s: wrote outside out at row %u "
                                                              "column %zu",
-                                                             what, k ? " (query tiles)" : "", t,
+                                                             what, out_name[k], t,
                                                              (size_t)h * hd + i);
                                                         bad++;
                                                         break;
@@ -242,11 +276,11 @@ static void attn_case(uint32_t n_heads, uint32_t n_kv, uint32_t hd, uint32_t pag
                                                 fail("%s%s: out[%u][%u * %u + %u] (pos %u) = "
                                                      "%.9g, reference %.9g (error %.3g of sum "
                                                      "w|v|(1+S) %.4g)",
-                                                     what, k ? " (query tiles)" : "", t, h, hd, i,
-                                                     s.pos[t], got[i], ref[i], e, mag[i]);
+                                                     what, out_name[k], t, h, hd, i, s.pos[t],
+                                                     got[i], ref[i], e, mag[i]);
                                                 bad++;
                                         }
-                                        note(k ? OP_ATTN_PROMPT : OP_ATTN, e);
+                                        note(out_op[k], e);
                                 }
                         }
                 }
@@ -260,6 +294,7 @@ out:
         free(out);
         free(out2);
         free(out3);
+        free(out4);
         free(ref);
         free(sc);
         free(mag);
@@ -273,10 +308,17 @@ static void attn_shape(uint32_t n_heads, uint32_t n_kv, uint32_t hd, uint32_t pt
         uint32_t ctx[16], n_new[16];
         const float qs = rnd(2) ? 1.0f : 3.0f; /* sharper softmax sometimes */
 
-        /* decode: one sequence, ragged length; then a batch of ragged sequences */
-        ctx[0] = quick >= 2 ? 300 : 1 + rnd(100);
+        /* decode: one sequence, ragged lengths of one tile, two, up to four and more (the
+         * decode kernels of one head per block: one tile per block; blocks of two and of
+         * four tiles, one block or several merged; attention.cu); then a batch of ragged
+         * sequences */
         n_new[0] = 1;
-        attn_case(n_heads, n_kv, hd, pt, 1, ctx, n_new, 1, qs);
+        for (uint32_t i = quick >= 2 ? 2 : 0; i < 4; i++) {
+                static const uint32_t lo[4] = {1, 33, 65, 129}, span[4] = {32, 32, 64, 200};
+
+                ctx[0] = quick >= 2 && i == 3 ? 300 : lo[i] + rnd(span[i]);
+                attn_case(n_heads, n_kv, hd, pt, 1, ctx, n_new, 1, qs);
+        }
         if (quick >= 2)
                 return;
         ctx[0] = 1000 + rnd(3000);
