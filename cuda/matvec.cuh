@@ -379,6 +379,23 @@ template <int T, int NB> struct mv_minb {
         };
 };
 
+/* Where k_matvec issues its epilogue's loads (the consumer's count and first partial,
+ * MODES 1, 3, 4; the producer's y before the add and the next norm's weight, MODE 2;
+ * RoPE's cos/sin and the KV slot, MODE 4): when the kernel starts, so that their
+ * latency hides behind the products, in the kernels of 128 registers; after the
+ * products in those of 64 (4 blocks per SM, mv_minb), where holding them through the
+ * inner loop cost more than the load latency they hide: same-run A/B (H100, batch-1
+ * decode, 2 rounds), at the start -> after the products: 8B Q8_0 277.4 -> 283.2 tok/s,
+ * 8B Q4_0 400.4 -> 414.9, 135M Q8_0 1303.8 -> 1365.4, but 1B Q4_K_M (128 registers)
+ * 1191.0 -> 1166.8. MV_EPI_AHEAD (knob for A/B builds): 1 all at the start, 0 all
+ * after the products, 2 by the register budget as above. */
+#ifndef MV_EPI_AHEAD
+#define MV_EPI_AHEAD 2
+#endif
+template <int T, int NB> struct mv_epi_ahead {
+        enum { V = MV_EPI_AHEAD == 2 ? mv_minb<T, NB>::V < 4 : MV_EPI_AHEAD };
+};
+
 /* MODE: 0 the plain product, 1 the fused RMSNorm's consumer, 2 its producer (struct
  * mv_rms), 3 the consumer of gate and up at once: each warp's R rows are R / 2 rows of
  * gate and the same rows of up (mv_mats.hoff bytes after), and the output is ops.h's
@@ -417,21 +434,25 @@ static __global__ void __launch_bounds__(MV_THREADS, mv_minb<T, NB>::V)
         /* MODES 1-4: lane wr * NB + wc of a group's first warp writes output (wr, wc) */
         const int wr = lane / NB, wc = lane % NB;
         const bool mine = split == 0 && lane < HR * NB && wr < nrows && wc < nb;
-        /* the epilogue's loads, issued before the products so that their latency hides
-         * behind them (each a round trip after the products otherwise) */
+        /* the epilogue's operands, loaded by epi_loads() */
         rms_pre<NB> rpre;
         rope_pre ropre;
         float yold = 0.0f, grow = 0.0f; /* MODE 2: y before the add, the next norm's weight */
         float acc[R][NB];
 
-        if (MODE == 1 || MODE == 3 || MODE == 4)
-                rms_prefetch<NB>(mm.rms, rpre);
-        if (MODE == 2 && mine) {
-                yold = mm.add ? y[(size_t)wc * ldy + row0 + wr] : 0.0f;
-                grow = mm.rms.g ? mm.rms.g[row0 + wr] : 0.0f;
-        }
-        if (MODE == 4 && mine)
-                rope_prefetch(mm.rope, m, row0 + wr, wc, ropre);
+        /* the epilogue's loads: at the start or after the products (mv_epi_ahead) */
+        const auto epi_loads = [&]() {
+                if (MODE == 1 || MODE == 3 || MODE == 4)
+                        rms_prefetch<NB>(mm.rms, rpre);
+                if (MODE == 2 && mine) {
+                        yold = mm.add ? y[(size_t)wc * ldy + row0 + wr] : 0.0f;
+                        grow = mm.rms.g ? mm.rms.g[row0 + wr] : 0.0f;
+                }
+                if (MODE == 4 && mine)
+                        rope_prefetch(mm.rope, m, row0 + wr, wc, ropre);
+        };
+        if (mv_epi_ahead<T, NB>::V)
+                epi_loads();
 #pragma unroll
         for (int r = 0; r < R; r++)
 #pragma unroll
@@ -441,8 +462,11 @@ static __global__ void __launch_bounds__(MV_THREADS, mv_minb<T, NB>::V)
                 matvec_lane<T, NB, R, VEC, U, MODE == 3>(w + (size_t)row0 * row_bytes, row_bytes,
                                                          nrows, n_in, p0, p1 < np ? p1 : np, lane,
                                                          32, x, ldx, nb, acc, mm.hoff);
-        if (MODE != 0)
+        if (MODE != 0) {
+                if (!mv_epi_ahead<T, NB>::V)
+                        epi_loads();
                 l2_next(mm.rms); /* the next kernel's first bytes, by the last blocks */
+        }
         /* the R x NB sums, scattered: lane i < R * NB gets sum i = (r, c) = (i / NB, i %
          * NB) (sum(i) reads it from any lane) */
         enum { NS = R * NB, SSH = 5 - warp_log2<NS>::V };

@@ -104,10 +104,10 @@ template <int NB> static __device__ void rms_partial(const struct mv_rms &rm, fl
                 *rm.ss_count = gridDim.x;
 }
 
-/* What the consumer's epilogue reads of the producer's partials, loaded when the kernel
- * starts so that the latency hides behind the products: the count, and each column's
- * partial in slot threadIdx.x (read whether or not the producer wrote it, when the
- * buffer has the slot: a slot past the count is not used). */
+/* What the consumer's epilogue reads of the producer's partials, loaded before the rest
+ * of the epilogue (k_matvec: when it starts or after its products, mv_epi_ahead): the
+ * count, and each column's partial in slot threadIdx.x (read whether or not the
+ * producer wrote it, when the buffer has the slot: a slot past the count is not used). */
 template <int NB> struct rms_pre {
         unsigned np;
         float first[NB];
@@ -162,8 +162,8 @@ static __device__ void rms_scale(const struct mv_rms &rm, int nb, int n, float s
 }
 
 /* MODE 4's operands of output row o of matrix m (0 q, 1 k, 2 v) in column c, loaded
- * when the kernel starts (their latency behind the products): the pair's cos and sin
- * (q and k rows below n_rot in their head) and the KV slot's element offset (k and v). */
+ * before the rest of the epilogue (as rms_pre): the pair's cos and sin (q and k rows
+ * below n_rot in their head) and the KV slot's element offset (k and v). */
 struct rope_pre {
         float co, si;
         size_t off;
