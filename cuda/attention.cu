@@ -39,16 +39,9 @@
  *                 both: 8B Q8_0 265.5 -> 273.9, 1B Q4_0 1372 -> 1489, 135M Q8_0 1123 ->
  *                 1247 (runs apart).
  *                 Decode and causal prefill are the same kernel: a prefill token sees
- *                 the K/V its chunk wrote before it.
- *   k_attention_g the decode launches of one query head per block with the tile rows
- *                 through shared memory (batch-1 decode of every model here) when the
- *                 context is more than one tile: blocks of G = 2 or 4 groups of 128
- *                 threads take G tiles at once, one softmax over them, the groups' sums
- *                 added in shared memory: a context of up to G tiles is one block per
- *                 head with no merge through global memory. Same-run A/B (H100, batch-1
- *                 decode at contexts 16..144, 2 rounds), ATTN_G 1 -> 4: 8B Q8_0 275.8 ->
- *                 278.3 tok/s, 1B Q4_0 1481.5 -> 1508.8, 135M Q8_0 1280.5 -> 1307.2, 8B
- *                 Q4_0 397.9 -> 397.9; batch 8 (its own kernel) unchanged.
+ *                 the K/V its chunk wrote before it. Decode launches of one query head
+ *                 per block over more than one tile take k_attention_g instead
+ *                 (attention_decode.cu).
  * Tolerance against m40_cpu_attention_head() (both read the same f16 K and V, so f16
  * rounding is not in the error): FP32 dot products and sums in another order, expf's
  * ulps and the rescaling by e^(m_old - m_new): |out - ref| <= 1e-5 * sum_p w_p |V_p|
@@ -65,56 +58,7 @@
 
 #include "m40/error.h"
 #include "cuda/ops.h"
-#include "cuda/warp.cuh"
-
-#define ATTN_THREADS 128
-#define ATTN_WARPS   (ATTN_THREADS / 32)
-#define ATTN_HB      8 /* query heads of one KV head per block, at most */
-#ifndef ATTN_TILE
-#define ATTN_TILE 32 /* positions scored per pass of a block (and ATTN_SPAN_MIN's note) */
-#endif
-#ifndef ATTN_PU
-#define ATTN_PU 4 /* positions a warp scores at once (their K loads in flight) */
-#endif
-/* Positions per split, at least: one tile. Decode launches have few blocks (8B: 32,
- * one per query head), so a split is parallelism the GPU otherwise lacks, and its merge
- * (one more load latency) costs less than a second tile in a row: same-run A/Bs of
- * batch-1 decode at contexts 16..144 (H100): tile 64 and spans of 128 -> 64: 135M F16
- * 974 -> 1054 tok/s, 1B F16 713 -> 737, 8B Q4_0 300 -> 312, 8B F16 158.4 -> 161.4;
- * then tile and span 64 -> 32: 8B F16 162.0 -> 165.4, 8B Q4_0 314 -> 327, 8B Q4_K_M
- * 258 -> 266, 1B F16 740 -> 760. */
-#ifndef ATTN_SPAN_MIN
-#define ATTN_SPAN_MIN 32
-#endif
-/* The first tile's page lookups issued with q's loads, not after them (one round trip
- * less per block); same-run A/B (H100, batch-1 decode, 3 rounds), after -> with: 8B
- * Q8_0 272.9 -> 274.4 tok/s, 8B Q4_0 384.1 -> 387.9, 1B Q4_0 1400.8 -> 1411.5, 1B F16
- * 780.6 -> 784.0, 135M Q8_0 1316.3 -> 1327.8. Knob for A/B. */
-#ifndef ATTN_Q_EARLY
-#define ATTN_Q_EARLY 1
-#endif
-#define ATTN_MAX_SPLITS 32   /* splits of one (token, head), at most: one lane each in the merge */
-#define ATTN_TARGET     1024 /* blocks a launch aims for (H100: ~8 per SM, M40: ~43) */
-#define ATTN_MIN_BLOCKS 128  /* below this, query heads of one KV head go to separate blocks */
-#define ATTN_DPT        (M40_CUDA_MAX_HEAD_DIM / ATTN_THREADS) /* output dims per thread, at most */
-#define WS_ALIGN        256
-
-/* A launch splits only when n_tok * gb (its blocks of one split) is below ATTN_TARGET,
- * so its counters (one per (token, head group)) fit the workspace's fixed counter area,
- * which every launch leaves zero: launches of any shape can share one workspace. */
-static_assert(ATTN_TARGET * sizeof(unsigned) <= M40_CUDA_ATTN_WS_COUNTERS, "counter area");
-
-static_assert(ATTN_MAX_SPLITS == 32, "the merge gives each split one lane of a warp");
-static_assert(M40_CUDA_MAX_HEAD_DIM % ATTN_THREADS == 0, "ATTN_DPT");
-static_assert(ATTN_HB <= 32 && ATTN_SPAN_MIN % ATTN_TILE == 0 && ATTN_TILE <= ATTN_THREADS,
-              "layout");
-
-/* The element offset of position p's K (V: + v_off) in the layer's slab of its page. */
-__device__ __forceinline__ size_t slot_in(const struct m40_cuda_kv &kv, uint32_t page, uint32_t p)
-{
-        return (size_t)page * kv.page_elems +
-               ((size_t)kv.layer * kv.page_tokens + p % kv.page_tokens) * kv.kv_dim;
-}
+#include "cuda/attention.cuh"
 
 /* One rotated pair (a, b) of v with the row's cos/sin (cs[2i], cs[2i + 1]), the CPU's
  * roundings: no contraction into fma (the CPU engine builds with -ffp-contract=off). */
@@ -200,29 +144,6 @@ extern "C" int m40_cuda_rope_store(const struct m40_cuda_rope *r, const struct m
         return m40_cuda_launch_status("rope_store");
 }
 
-/* How a launch divides the work: blocks (gb = n_kv_heads * nsub, n_tok, n_split); block
- * (x, t, s) holds query heads kvh * group + sub * hb .. + nh of KV head kvh = x / nsub,
- * sub = x % nsub, and positions s * span .. of token t. */
-struct attn_plan {
-        int n_heads, group, nsub, hb, hd, n_split;
-        int rstep, cstep; /* VT: ATTN_THREADS 16-byte pieces as rows and pieces of K/V rows */
-        uint32_t span;
-        float scale;
-        float *acc;    /* (n_tok, n_heads, n_split, hd) partial sums of e^(s - m) V */
-        float2 *ml;    /* (n_tok, n_heads, n_split) partial max m and sum of e^(s - m) */
-        unsigned *cnt; /* (n_tok, gb) splits finished, in the counter area */
-};
-
-static uint32_t cdiv(uint64_t a, uint64_t b)
-{
-        return (uint32_t)((a + b - 1) / b);
-}
-
-static uint64_t ws_al(uint64_t n)
-{
-        return (n + WS_ALIGN - 1) & ~(uint64_t)(WS_ALIGN - 1);
-}
-
 /* make_plan - the split of a launch (pointers not set); returns its workspace bytes
  * (0 when it needs none: one split). */
 static uint64_t make_plan(uint32_t n_tok, uint32_t n_heads, uint32_t n_kv_heads, uint32_t head_dim,
@@ -292,90 +213,6 @@ template <int VEC> __device__ __forceinline__ void ld_kv(const __half *p, float 
         }
 }
 
-__device__ __forceinline__ float warp_max(float v)
-{
-        for (int off = 16; off; off >>= 1)
-                v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
-        return v;
-}
-
-__device__ __forceinline__ double warp_sum(double v)
-{
-        for (int off = 16; off; off >>= 1)
-                v += __shfl_xor_sync(0xffffffffu, v, off);
-        return v;
-}
-
-/* Whether this block is the last of the n_split splits that count on cnt to finish,
- * after it wrote its partials (every thread of the block calls it; the last one sees
- * the others' partials after). */
-static __device__ __forceinline__ bool attn_last(unsigned *cnt, int n_split)
-{
-        __shared__ int s_last;
-
-        __threadfence();
-        __syncthreads();
-        if (threadIdx.x == 0)
-                s_last = atomicAdd(cnt, 1u) == (unsigned)n_split - 1;
-        __syncthreads();
-        if (!s_last)
-                return false;
-        __threadfence();
-        return true;
-}
-
-/* The merge of the n_split partials of the nh (<= HB) query heads from row (their
- * slots: (row + j) * pl.n_split + s) by the last split to finish, into o (nh rows of
- * hd <= DPT * ATTN_THREADS): weight of split s = e^(m_s - M), one lane per split, out =
- * sum_s w_s acc_s / sum_s w_s l_s. Every thread of the block calls it: the first
- * ATTN_WARPS warps do the work (blocks of more threads: the others only pass the
- * barrier); it leaves the counter cnt zero for the next launch (every split of it has
- * counted). */
-template <int HB, int DPT>
-static __device__ __forceinline__ void attn_merge(const struct attn_plan &pl, size_t row, int nh,
-                                                  int n_split, int hd, float *out, size_t ldo,
-                                                  int t, int h0, unsigned *cnt)
-{
-        __shared__ float s_w[HB][ATTN_MAX_SPLITS], s_inv[HB];
-        const int tid = (int)threadIdx.x, lane = tid & 31, warp = tid >> 5;
-
-        for (int j = warp; j < nh; j += ATTN_WARPS) {
-                const volatile float *ml = (const volatile float *)(pl.ml + (row + j) * pl.n_split);
-                float m = -INFINITY, l = 0.0f;
-
-                if (lane < n_split) {
-                        m = ml[2 * lane];
-                        l = ml[2 * lane + 1];
-                }
-                const float mx = warp_max(m);
-                const float w = lane < n_split ? expf(m - mx) : 0.0f;
-                const double sum = warp_sum((double)l * (double)w);
-
-                s_w[j][lane] = w;
-                if (lane == 0)
-                        s_inv[j] = (float)(1.0 / sum);
-        }
-        __syncthreads();
-#pragma unroll
-        for (int j = 0; j < HB; j++) {
-#pragma unroll
-                for (int d = 0; d < DPT; d++) {
-                        const int i = tid + d * ATTN_THREADS;
-
-                        if (j < nh && i < hd) {
-                                const volatile float *a = pl.acc + (row + j) * pl.n_split * hd + i;
-                                float v = 0.0f;
-
-                                for (int s = 0; s < n_split; s++)
-                                        v += a[(size_t)s * hd] * s_w[j][s];
-                                out[(size_t)t * ldo + (size_t)(h0 + j) * hd + i] = v * s_inv[j];
-                        }
-                }
-        }
-        if (tid == 0)
-                *cnt = 0;
-}
-
 /* VEC 2: K rows read as half2 (head_dim and every offset even), else 1. DPT: output
  * dims per thread, head_dim <= DPT * ATTN_THREADS (the accumulators live in registers).
  * VT: the tile's K and V rows are loaded into shared memory in 16-byte pieces, all in
@@ -383,48 +220,6 @@ static __device__ __forceinline__ void attn_merge(const struct attn_plan &pl, si
  * multiple of 8 elements): one load latency per tile; else each warp reads K rows for
  * ATTN_PU positions at a time and each thread its V elements from global memory after
  * the softmax, 4 positions at a time. */
-#define ATTN_VCH (ATTN_TILE * 128 / 8 / ATTN_THREADS) /* VT: 16-byte pieces per thread, most */
-
-/* VT: a tile's K and V rows (n rows at the element offsets off[], head_dim 8 * cpr) in
- * 16-byte pieces, ATTN_VCH per thread, all loads issued before any is used: piece tid +
- * k * ATTN_THREADS is row r, column c, stepped, not divided, from k to k + 1 (rstep rows
- * and cstep pieces). Pieces past the tile are not loaded. */
-static __device__ __forceinline__ void vt_load(const __half *kb, const __half *vb,
-                                               const size_t *off, int n, int cpr, int tid,
-                                               int rstep, int cstep, uint4 *kbuf, uint4 *vbuf)
-{
-        int r = tid / cpr, c = tid - r * cpr;
-
-#pragma unroll
-        for (int k = 0; k < ATTN_VCH; k++) {
-                if (r < n) {
-                        const size_t o = off[r];
-
-                        kbuf[k] = __ldg((const uint4 *)(kb + o) + c);
-                        vbuf[k] = __ldg((const uint4 *)(vb + o) + c);
-                }
-                r += rstep;
-                c += cstep;
-                if (c >= cpr) {
-                        c -= cpr;
-                        r++;
-                }
-        }
-}
-
-/* VT: vt_load()'s pieces of one of K or V into the tile's rows in shared memory */
-static __device__ __forceinline__ void vt_store(__half *tile, const uint4 *buf, int n, int cpr,
-                                                int tid)
-{
-#pragma unroll
-        for (int k = 0; k < ATTN_VCH; k++) {
-                const int e = tid + k * ATTN_THREADS;
-
-                if (e < n * cpr)
-                        ((uint4 *)tile)[e] = buf[k];
-        }
-}
-
 template <int VEC, int DPT, bool VT, int HB>
 __global__ void __launch_bounds__(ATTN_THREADS)
         k_attention(struct m40_cuda_kv kv, const float *__restrict__ q, size_t ldq,
@@ -672,185 +467,6 @@ __global__ void __launch_bounds__(ATTN_THREADS)
         attn_merge<HB, DPT>(pl, row, nh, n_split, hd, out, ldo, t, h0, cnt);
 }
 
-/* k_attention_g - k_attention<2, 1, true, 1> (decode-sized launches of one query head
- * per block, head_dim <= 128, the tiles' K and V through shared memory) in blocks of G
- * groups of ATTN_THREADS threads: a chunk of G tiles at a time, group gi loading and
- * scoring tile gi, one online softmax over the chunk's scores for the whole block, each
- * group its tile's weighted V, the groups' sums added in shared memory (group order).
- * A context of up to G tiles is one block per head with no merge: k_attention splits
- * it over blocks of one tile, whose partials go through global memory, a fence, a
- * counter and a second round of loads, each a load latency more. Longer contexts are
- * split in chunks over blocks (pl.span = G * ATTN_TILE positions per split at most) and
- * merged as k_attention's splits. */
-template <int G>
-__global__ void __launch_bounds__(ATTN_THREADS *G)
-        k_attention_g(struct m40_cuda_kv kv, const float *__restrict__ q, size_t ldq,
-                      float *__restrict__ out, size_t ldo, struct attn_plan pl)
-{
-        /* q (hd), scores (CH), the sums of groups 1.. ((G - 1) * hd) floats; then per
-         * group its tile's K rows, replaced by its V rows (ATTN_TILE * hd f16) */
-        enum { CH = G * ATTN_TILE };
-        extern __shared__ __align__(16) float sh[];
-        __shared__ size_t s_off[CH];
-        __shared__ float s_m, s_a;
-        __shared__ double s_l;
-        const int t = blockIdx.y, split = blockIdx.z, hd = pl.hd;
-        const int h0 = (blockIdx.x / pl.nsub) * pl.group + blockIdx.x % pl.nsub;
-        const int gi = threadIdx.x / ATTN_THREADS, tid = threadIdx.x % ATTN_THREADS;
-        const int lane = tid & 31, gw = tid >> 5; /* gw: the warp within the group */
-        const uint32_t pos = kv.pos[t], tbl = kv.tbl[t];
-        const int n_split = (int)min(pos / pl.span + 1, (uint32_t)pl.n_split);
-        const uint32_t p0 = (uint32_t)split * pl.span;
-        const uint32_t p1 = split == n_split - 1 ? pos + 1 : p0 + pl.span;
-        const __half *kb = (const __half *)kv.base + (size_t)(h0 / pl.group) * hd;
-        const __half *vb = kb + kv.v_off;
-        float *qs = sh, *sc = sh + hd, *red = sc + CH;
-        __half *kt = (__half *)(red + (G - 1) * hd) + (size_t)gi * ATTN_TILE * hd;
-        const __half2 *ks = (const __half2 *)kt;
-        const int cpr = hd / 8;
-        float acc = 0.0f;
-
-        if (split >= n_split)
-                return; /* the whole block: no position of this token here */
-        /* the first chunk's page lookups in flight with q's loads */
-        {
-                const uint32_t p = p0 + (uint32_t)(gi * ATTN_TILE + tid);
-                const bool in = tid < ATTN_TILE && p < p1;
-                uint32_t page0 = 0;
-
-                if (in)
-                        page0 = __ldg(kv.pages + tbl + p / kv.page_tokens);
-                for (int e = threadIdx.x; e < hd; e += blockDim.x)
-                        qs[e] = q[(size_t)t * ldq + (size_t)h0 * hd + e];
-                if (in)
-                        s_off[gi * ATTN_TILE + tid] = slot_in(kv, page0, p);
-        }
-        if (threadIdx.x == 0) {
-                s_m = -INFINITY;
-                s_l = 0.0;
-        }
-        __syncthreads();
-
-        for (uint32_t cp = p0; cp < p1; cp += CH) {
-                const uint32_t tp = cp + (uint32_t)(gi * ATTN_TILE);
-                const int n = tp < p1 ? (int)min(p1 - tp, (uint32_t)ATTN_TILE) : 0;
-
-                if (cp != p0) {
-                        if (tid < n)
-                                s_off[gi * ATTN_TILE + tid] = slot_in(
-                                        kv, __ldg(kv.pages + tbl + (tp + tid) / kv.page_tokens),
-                                        tp + tid);
-                        __syncthreads();
-                }
-                /* the group's tile: its K and V loads all in flight, K to shared memory */
-                uint4 kbuf[ATTN_VCH], vbuf[ATTN_VCH];
-
-                vt_load(kb, vb, s_off + gi * ATTN_TILE, n, cpr, tid, pl.rstep, pl.cstep, kbuf,
-                        vbuf);
-                vt_store(kt, kbuf, n, cpr, tid);
-                __syncthreads();
-
-                /* scores of the tile: the group's warps, ATTN_PU positions at a time */
-                for (int pb = gw * ATTN_PU; pb < n; pb += ATTN_WARPS * ATTN_PU) {
-                        float sv[ATTN_PU];
-
-#pragma unroll
-                        for (int u = 0; u < ATTN_PU; u++)
-                                sv[u] = 0.0f;
-                        for (int i = lane * 2; i < hd; i += 64) {
-#pragma unroll
-                                for (int u = 0; u < ATTN_PU; u++) {
-                                        if (pb + u < n) {
-                                                const float2 f = __half22float2(
-                                                        ks[((pb + u) * hd + i) >> 1]);
-
-                                                sv[u] += qs[i] * f.x;
-                                                sv[u] += qs[i + 1] * f.y;
-                                        }
-                                }
-                        }
-                        enum { SSH = 5 - warp_log2<ATTN_PU>::V };
-                        const float tot = warp_sum_scatter<ATTN_PU>(sv);
-                        const int u = lane >> SSH;
-
-                        if ((lane & ((1 << SSH) - 1)) == 0 && pb + u < n)
-                                sc[gi * ATTN_TILE + pb + u] = tot * pl.scale;
-                }
-                __syncthreads(); /* K is read: V takes its place */
-                vt_store(kt, vbuf, n, cpr, tid);
-
-                /* online softmax over the chunk's positions (one warp) */
-                if (threadIdx.x < 32) {
-                        const int m_n = (int)min(p1 - cp, (uint32_t)CH);
-                        float mx = -INFINITY;
-                        double sum = 0.0;
-
-                        for (int pp = lane; pp < m_n; pp += 32)
-                                mx = fmaxf(mx, sc[pp]);
-                        mx = fmaxf(warp_max(mx), s_m);
-                        for (int pp = lane; pp < m_n; pp += 32) {
-                                const float e = expf(sc[pp] - mx);
-
-                                sc[pp] = e;
-                                sum += (double)e;
-                        }
-                        sum = warp_sum(sum);
-                        __syncwarp(); /* every lane has read s_m */
-                        if (lane == 0) {
-                                const float a = expf(s_m - mx); /* 0 on the first chunk */
-
-                                s_a = a;
-                                s_l = s_l * (double)a + sum;
-                                s_m = mx;
-                        }
-                }
-                __syncthreads();
-
-                /* acc = acc * a + sum_p e_p V[p] over the group's tile, one thread per dim */
-                if (tid < hd) {
-                        const float *e = sc + gi * ATTN_TILE;
-                        int pp = 0;
-
-                        acc *= s_a;
-                        for (; pp + 4 <= n; pp += 4) {
-                                float v[4];
-
-#pragma unroll
-                                for (int u = 0; u < 4; u++)
-                                        v[u] = __half2float(kt[(pp + u) * hd + tid]);
-#pragma unroll
-                                for (int u = 0; u < 4; u++)
-                                        acc += e[pp + u] * v[u];
-                        }
-                        for (; pp < n; pp++)
-                                acc += e[pp] * __half2float(kt[pp * hd + tid]);
-                }
-                __syncthreads(); /* the next chunk overwrites sc, s_off and the tiles */
-        }
-
-        /* the groups' sums, in group order, into group 0's threads */
-        if (gi > 0 && tid < hd)
-                red[(gi - 1) * hd + tid] = acc;
-        __syncthreads();
-        if (gi == 0 && tid < hd)
-                for (int g = 1; g < G; g++)
-                        acc += red[(g - 1) * hd + tid];
-        if (n_split == 1) {
-                if (gi == 0 && tid < hd)
-                        out[(size_t)t * ldo + (size_t)h0 * hd + tid] = acc * (float)(1.0 / s_l);
-                return;
-        }
-        const size_t row = (size_t)t * pl.n_heads + h0;
-
-        if (gi == 0 && tid < hd)
-                pl.acc[(row * pl.n_split + split) * hd + tid] = acc;
-        if (threadIdx.x == 0)
-                pl.ml[row * pl.n_split + split] = make_float2(s_m, (float)s_l);
-        unsigned *cnt = pl.cnt + (size_t)t * gridDim.x + blockIdx.x;
-        if (attn_last(cnt, n_split))
-                attn_merge<1, 1>(pl, row, 1, n_split, hd, out, ldo, t, h0, cnt);
-}
-
 template <int DPT>
 static void launch(int vec, dim3 grid, size_t shmem, cudaStream_t stream, const m40_cuda_kv &kv,
                    const float *q, size_t ldq, float *out, size_t ldo, const attn_plan &pl)
@@ -861,52 +477,6 @@ static void launch(int vec, dim3 grid, size_t shmem, cudaStream_t stream, const 
         else
                 k_attention<1, DPT, false, ATTN_HB>
                         <<<grid, ATTN_THREADS, shmem, stream>>>(kv, q, ldq, out, ldo, pl);
-}
-
-/* Blocks of groups (k_attention_g) for a decode launch of one query head per block
- * (the VT kernel's shapes, pl from make_plan() with rstep and cstep set): ATTN_G groups
- * for contexts of more than two tiles, 2 for two, none (false: nothing launched) for
- * one tile, for chunks of more than ATTN_MAX_SPLITS splits, or a workspace too small. */
-#ifndef ATTN_G
-#define ATTN_G 4 /* groups per block at most (1: k_attention_g off; knob for A/B) */
-#endif
-static bool launch_g(const m40_cuda_kv *kv, const float *q, size_t ldq, float *out, size_t ldo,
-                     uint32_t n_tok, uint32_t max_pos, void *ws, size_t ws_bytes, attn_plan pl,
-                     cudaStream_t stream)
-{
-        const uint64_t ctx = (uint64_t)max_pos + 1, tiles = cdiv(ctx, ATTN_TILE);
-        const int g = tiles > 2 && ATTN_G >= 4 ? 4 : tiles > 1 && ATTN_G >= 2 ? 2 : 1;
-        uint64_t need = 0;
-
-        if (g == 1)
-                return false;
-        pl.span = g * ATTN_TILE;
-        pl.n_split = (int)cdiv(ctx, pl.span);
-        if (pl.n_split > ATTN_MAX_SPLITS)
-                return false;
-        pl.acc = NULL;
-        pl.ml = NULL;
-        if (pl.n_split > 1) {
-                const uint64_t slots = (uint64_t)n_tok * pl.n_heads * pl.n_split;
-
-                need = M40_CUDA_ATTN_WS_COUNTERS + ws_al(slots * pl.hd * sizeof(float)) +
-                       ws_al(slots * sizeof(float2));
-                if (!ws || need > ws_bytes)
-                        return false;
-                pl.acc = (float *)((char *)ws + M40_CUDA_ATTN_WS_COUNTERS);
-                pl.ml = (float2 *)((char *)pl.acc + ws_al(slots * pl.hd * sizeof(float)));
-        }
-        const dim3 grid((unsigned)(pl.n_heads / pl.group * pl.nsub), n_tok, (unsigned)pl.n_split);
-        const size_t shmem = ((size_t)g * pl.hd + (size_t)g * ATTN_TILE) * sizeof(float) +
-                             (size_t)g * ATTN_TILE * pl.hd * sizeof(__half);
-
-        if (g == 4)
-                k_attention_g<4>
-                        <<<grid, ATTN_THREADS * 4, shmem, stream>>>(*kv, q, ldq, out, ldo, pl);
-        else
-                k_attention_g<2>
-                        <<<grid, ATTN_THREADS * 2, shmem, stream>>>(*kv, q, ldq, out, ldo, pl);
-        return true;
 }
 
 extern "C" int m40_cuda_attention(const struct m40_cuda_kv *kv, const float *q, size_t ldq,
@@ -955,8 +525,8 @@ extern "C" int m40_cuda_attention(const struct m40_cuda_kv *kv, const float *q, 
 
                 pl.rstep = ATTN_THREADS / (head_dim / 8);
                 pl.cstep = ATTN_THREADS % (head_dim / 8);
-                if (pl.hb == 1 &&
-                    launch_g(kv, q, ldq, out, ldo, n_tok, max_pos, ws, ws_bytes, pl, stream))
+                if (pl.hb == 1 && m40_attn_launch_g(kv, q, ldq, out, ldo, n_tok, max_pos, ws,
+                                                    ws_bytes, pl, stream))
                         return m40_cuda_launch_status("attention");
                 if (pl.hb == 1)
                         k_attention<2, 1, true, 1><<<grid, ATTN_THREADS, vt_shmem, stream>>>(

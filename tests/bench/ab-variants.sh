@@ -10,8 +10,8 @@
 #          (cuda/matvec.cuh: MV_MINB, MV_MINB_Q, MV_MINB_Q8, MV_HOIST, MV_PF, MV_PF_ALL,
 #          MV_Q32_WIDE_NB, MV_U_K, MV_META_AHEAD, MV_EPI_AHEAD; cuda/matvec_launch.cuh: MV_WPS,
 #          MV_WPS_K, MV_SPLIT_STEPS, MV_R1, MV_R1_K;
-#          cuda/attention.cu: ATTN_TILE,
-#          ATTN_SPAN_MIN, ATTN_PU, ATTN_Q_EARLY, ATTN_G; cuda/attention_prompt.cu: AP_NG;
+#          cuda/attention.cuh: ATTN_TILE,
+#          ATTN_SPAN_MIN, ATTN_PU, ATTN_Q_EARLY; cuda/attention_decode.cu: ATTN_G; cuda/attention_prompt.cu: AP_NG;
 #          cuda/prefetch.cu: PF_MODE, PF_MAX_MB).
 #   SHAPE:TYPE  m40-mkmodel presets and types, as tests/bench/run-model-bench.sh takes.
 # Options:

@@ -310,8 +310,8 @@ static void attn_shape(uint32_t n_heads, uint32_t n_kv, uint32_t hd, uint32_t pt
 
         /* decode: one sequence, ragged lengths of one tile, two, up to four and more (the
          * decode kernels of one head per block: one tile per block; blocks of two and of
-         * four tiles, one block or several merged; attention.cu); then a batch of ragged
-         * sequences */
+         * four tiles, one block or several merged; attention.cu, attention_decode.cu);
+         * then a batch of ragged sequences */
         n_new[0] = 1;
         for (uint32_t i = quick >= 2 ? 2 : 0; i < 4; i++) {
                 static const uint32_t lo[4] = {1, 33, 65, 129}, span[4] = {32, 32, 64, 200};
