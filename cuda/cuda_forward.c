@@ -9,7 +9,7 @@
  * Matrix products of GEMM_MIN_TOKENS tokens or more run as cuBLAS SGEMM on dequantized
  * weight tiles (cuda/gemm.h), smaller ones on the matrix kernels (cuda/matvec.h). The
  * weights are loaded as in the file, then re-laid out once on the device into the
- * layout those kernels read (m40_cuda_relayout()). */
+ * layout those kernels read (cuda/cuda_weights.h). */
 #include "cuda/cuda_forward.h"
 
 #include <assert.h>
@@ -23,6 +23,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/alloc.h"
+#include "cuda/cuda_weights.h"
 #include "cuda/device.h"
 #include "cuda/gemm.h"
 #include "cuda/l2_plan.h"
@@ -30,11 +31,6 @@
 #include "cuda/matvec.h"
 #include "cuda/ops.h"
 #include "m40/error.h"
-
-struct dlayer {
-        struct m40_cuda_matrix wq, wk, wv, wo, gate, up, down;
-        float *attn_norm, *ffn_norm, *bq, *bk, *bv; /* device; biases NULL for llama */
-};
 
 /* Steps of fewer tokens than this (decode, short prompt chunks) run as CUDA graphs:
  * hundreds of small kernels per token cost more to launch one by one (a few us of host
@@ -55,7 +51,7 @@ struct m40_cuda_fwd {
         const struct m40_model *m;
         struct m40_cuda_device *dev;
         struct m40_cuda_alloc *a;
-        struct m40_cuda_weights w;
+        struct m40_cuda_model_weights mw; /* the weights on the device (cuda_weights.h) */
         cudaStream_t stream;
         /* the graph branch beside attention (layer()): its stream, fork and join events,
          * and how many bytes of the next matrices it and each product's last blocks ask
@@ -64,11 +60,7 @@ struct m40_cuda_fwd {
         cudaEvent_t fork, join;
         size_t pf_bytes;
         struct m40_cuda_gemm *gemm; /* the prefill GEMM; NULL when steps are too small */
-        struct dlayer *layers;
-        struct m40_cuda_matrix tok_embd, output;
-        float *output_norm;
-        float *rope_cs; /* (max_ctx, n_rot) */
-        uint16_t *kv;   /* page 0 of the KV pool */
+        uint16_t *kv;               /* page 0 of the KV pool */
         size_t page_elems, v_off;
         uint32_t max_tokens, max_rows, max_ctx, page_tokens, max_tbl;
         size_t ld_dim, ld_q, ld_kv, ld_ff;
@@ -102,194 +94,6 @@ static size_t al(size_t n)
         return (n + M40_CUDA_ALLOC_ALIGN - 1) & ~(size_t)(M40_CUDA_ALLOC_ALIGN - 1);
 }
 
-static int cuda_fail(cudaError_t e, const char *what, char *err, size_t errlen)
-{
-        if (e == cudaSuccess)
-                return 0;
-        if (err)
-                snprintf(err, errlen, "%s: %s: %s", what, cudaGetErrorName(e),
-                         cudaGetErrorString(e));
-        return M40_ECUDA;
-}
-
-/* upload - n floats from the host into the weights pool; NULL stays NULL. */
-static int upload(struct m40_cuda_fwd *f, const float *h, size_t n, float **ret, char *err,
-                  size_t errlen)
-{
-        void *d;
-        int r;
-
-        *ret = NULL;
-        if (!h)
-                return 0;
-        r = m40_cuda_alloc_weights(f->a, n * sizeof(float), &d);
-        if (r)
-                return r;
-        r = cuda_fail(cudaMemcpy(d, h, n * sizeof(float), cudaMemcpyHostToDevice), "upload", err,
-                      errlen);
-        *ret = d;
-        return r;
-}
-
-static struct m40_cuda_matrix dmat(const struct m40_cuda_fwd *f, const struct m40_weight *w)
-{
-        const uint64_t file_off = (uint64_t)((const uint8_t *)w->data - (const uint8_t *)f->m->map);
-
-        return (struct m40_cuda_matrix){
-                .data = m40_cuda_weights_tensor(&f->w, file_off),
-                .type = w->type,
-                .n_in = w->n_in,
-                .n_out = w->n_out,
-                .row_bytes = w->row_bytes,
-        };
-}
-
-/* max_row_bytes - the longest row of a weight matrix. */
-static uint64_t max_row_bytes(const struct m40_model *m)
-{
-        uint64_t b = m->tok_embd.row_bytes > m->output.row_bytes ? m->tok_embd.row_bytes
-                                                                 : m->output.row_bytes;
-
-        for (uint32_t i = 0; i < m->n_layers; i++) {
-                const struct m40_layer *l = &m->layers[i];
-                const struct m40_weight *ws[] = {&l->wq,     &l->wk,   &l->wv,    &l->wo,
-                                                 &l->w_gate, &l->w_up, &l->w_down};
-
-                for (size_t j = 0; j < sizeof(ws) / sizeof(ws[0]); j++)
-                        b = ws[j]->row_bytes > b ? ws[j]->row_bytes : b;
-        }
-        return b;
-}
-
-/* small_bytes - weights-pool bytes of the float vectors and the RoPE table. */
-static uint64_t small_bytes(const struct m40_model *m, uint32_t max_ctx)
-{
-        const uint64_t per_layer = al(m->dim * 4) * 2 + al(m->q_dim * 4) + al(m->kv_dim * 4) * 2;
-
-        return per_layer * m->n_layers + al(m->dim * 4) + al((size_t)max_ctx * m->rope.n_rot * 4);
-}
-
-/* The weight matrices the engine multiplies: every layer's seven, the embedding table
- * and the output (the same tensor as the table when tied): *n of them in ret. */
-static size_t all_mats(const struct m40_cuda_fwd *f, const struct m40_cuda_matrix **ret, size_t cap)
-{
-        size_t n = 0;
-
-        for (uint32_t i = 0; i < f->m->n_layers && n + 7 <= cap; i++) {
-                const struct dlayer *d = &f->layers[i];
-                const struct m40_cuda_matrix *ms[] = {&d->wq,   &d->wk, &d->wv,  &d->wo,
-                                                      &d->gate, &d->up, &d->down};
-
-                for (size_t j = 0; j < 7; j++)
-                        ret[n++] = ms[j];
-        }
-        if (n + 2 <= cap) {
-                ret[n++] = &f->tok_embd;
-                ret[n++] = &f->output;
-        }
-        return n;
-}
-
-/* relayout - every weight matrix into the kernels' device layout (m40_cuda_relayout()),
- * each tensor once, through the scratch pool (still empty: released after). */
-static int relayout(struct m40_cuda_fwd *f, char *err, size_t errlen)
-{
-        const size_t cap = (size_t)f->m->n_layers * 7 + 2;
-        const struct m40_cuda_matrix **ms = malloc(cap * sizeof(*ms));
-        const uint64_t mark = m40_cuda_scratch_mark(f->a);
-        struct m40_cuda_alloc_stats st;
-        size_t n, need = 0;
-        uint64_t bytes;
-        void *bounce = NULL;
-        int r = 0;
-
-        if (!ms)
-                return -ENOMEM;
-        n = all_mats(f, ms, cap);
-        for (size_t i = 0; i < n; i++) {
-                const size_t b = m40_cuda_relayout_bounce(ms[i]);
-
-                need = b > need ? b : need;
-        }
-        m40_cuda_alloc_stats(f->a, &st);
-        bytes = st.scratch.capacity - st.scratch.used;
-        bytes = bytes < (256u << 20) ? bytes & ~(uint64_t)255 : (256u << 20);
-        if (need && bytes < need) {
-                snprintf(err, errlen,
-                         "CUDA engine: %llu bytes of scratch for re-laying out "
-                         "weight rows, %llu free",
-                         (unsigned long long)need, (unsigned long long)bytes);
-                r = -ENOMEM;
-        }
-        if (!r && need)
-                r = m40_cuda_scratch_alloc(f->a, bytes, &bounce);
-        for (size_t i = 0; i < n && need && !r; i++) {
-                bool seen = false;
-
-                for (size_t j = 0; j < i && !seen; j++)
-                        seen = ms[j]->data == ms[i]->data;
-                if (!seen)
-                        r = m40_cuda_relayout(ms[i], bounce, bytes, NULL);
-        }
-        if (!r && need)
-                r = cuda_fail(cudaDeviceSynchronize(), "weight relayout", err, errlen);
-        m40_cuda_scratch_release(f->a, mark);
-        free(ms);
-        return r;
-}
-
-static int put_weights(struct m40_cuda_fwd *f, const struct m40_cuda_load_opts *load, char *err,
-                       size_t errlen)
-{
-        const struct m40_model *m = f->m;
-        int r = m40_cuda_load_gguf(f->a, m->gguf, load, &f->w, NULL, err, errlen);
-        float *cs;
-
-        f->layers = calloc(m->n_layers, sizeof(*f->layers));
-        if (r || !f->layers)
-                return r ? r : -ENOMEM;
-        for (uint32_t i = 0; i < m->n_layers && !r; i++) {
-                const struct m40_layer *l = &m->layers[i];
-                struct dlayer *d = &f->layers[i];
-
-                d->wq = dmat(f, &l->wq);
-                d->wk = dmat(f, &l->wk);
-                d->wv = dmat(f, &l->wv);
-                d->wo = dmat(f, &l->wo);
-                d->gate = dmat(f, &l->w_gate);
-                d->up = dmat(f, &l->w_up);
-                d->down = dmat(f, &l->w_down);
-                r = upload(f, l->attn_norm, m->dim, &d->attn_norm, err, errlen);
-                r = r ? r : upload(f, l->ffn_norm, m->dim, &d->ffn_norm, err, errlen);
-                r = r ? r : upload(f, l->bq, m->q_dim, &d->bq, err, errlen);
-                r = r ? r : upload(f, l->bk, m->kv_dim, &d->bk, err, errlen);
-                r = r ? r : upload(f, l->bv, m->kv_dim, &d->bv, err, errlen);
-        }
-        f->tok_embd = dmat(f, &m->tok_embd);
-        f->output = dmat(f, &m->output);
-        r = r ? r : relayout(f, err, errlen);
-        r = r ? r : upload(f, m->output_norm, m->dim, &f->output_norm, err, errlen);
-        if (r)
-                return r;
-        /* the cos/sin of every position, from the CPU reference itself: rotating
-         * (1, 0) pairs in the llama layout leaves (cos, sin) */
-        cs = malloc((size_t)f->max_ctx * m->rope.n_rot * sizeof(float));
-        if (!cs)
-                return -ENOMEM;
-        for (uint32_t p = 0; p < f->max_ctx; p++) {
-                struct m40_rope rp = m->rope;
-                float *row = cs + (size_t)p * m->rope.n_rot;
-
-                rp.neox = false;
-                for (uint32_t i = 0; i < m->rope.n_rot; i++)
-                        row[i] = (i & 1) ? 0.0f : 1.0f;
-                m40_cpu_rope(&rp, row, 1, m->rope.n_rot, (int32_t)p);
-        }
-        r = upload(f, cs, (size_t)f->max_ctx * m->rope.n_rot, &f->rope_cs, err, errlen);
-        free(cs);
-        return r;
-}
-
 static int scratch(struct m40_cuda_fwd *f, char *err, size_t errlen)
 {
         const size_t T = f->max_tokens;
@@ -311,27 +115,27 @@ static int scratch(struct m40_cuda_fwd *f, char *err, size_t errlen)
         if (!r && f->attn_ws_bytes) { /* its counters start at zero (ops.h) */
                 r = m40_cuda_scratch_alloc(f->a, f->attn_ws_bytes, &f->attn_ws);
                 r = r ? r
-                      : cuda_fail(cudaMemset(f->attn_ws, 0, f->attn_ws_bytes), "cudaMemset", err,
-                                  errlen);
+                      : m40_cuda_status(cudaMemset(f->attn_ws, 0, f->attn_ws_bytes), "cudaMemset",
+                                        err, errlen);
                 /* done before any launch on the non-blocking stream */
-                r = r ? r : cuda_fail(cudaDeviceSynchronize(), "cudaMemset", err, errlen);
+                r = r ? r : m40_cuda_status(cudaDeviceSynchronize(), "cudaMemset", err, errlen);
         }
         if (r)
                 return r;
         f->meta_h = malloc(f->meta_bytes);
         if (!f->meta_h)
                 return -ENOMEM;
-        r = cuda_fail(cudaStreamCreateWithFlags(&f->stream, cudaStreamNonBlocking),
-                      "cudaStreamCreate", err, errlen);
+        r = m40_cuda_status(cudaStreamCreateWithFlags(&f->stream, cudaStreamNonBlocking),
+                            "cudaStreamCreate", err, errlen);
         r = r ? r
-              : cuda_fail(cudaStreamCreateWithFlags(&f->side, cudaStreamNonBlocking),
-                          "cudaStreamCreate", err, errlen);
+              : m40_cuda_status(cudaStreamCreateWithFlags(&f->side, cudaStreamNonBlocking),
+                                "cudaStreamCreate", err, errlen);
         r = r ? r
-              : cuda_fail(cudaEventCreateWithFlags(&f->fork, cudaEventDisableTiming),
-                          "cudaEventCreate", err, errlen);
+              : m40_cuda_status(cudaEventCreateWithFlags(&f->fork, cudaEventDisableTiming),
+                                "cudaEventCreate", err, errlen);
         r = r ? r
-              : cuda_fail(cudaEventCreateWithFlags(&f->join, cudaEventDisableTiming),
-                          "cudaEventCreate", err, errlen);
+              : m40_cuda_status(cudaEventCreateWithFlags(&f->join, cudaEventDisableTiming),
+                                "cudaEventCreate", err, errlen);
         f->pf_bytes = m40_cuda_l2_budget(m40_cuda_device_info(f->dev));
         return r;
 }
@@ -410,13 +214,13 @@ int m40_cuda_fwd_new(const struct m40_model *m, int device, uint32_t max_tokens,
         r = m40_cuda_load_plan(m->gguf, &plan);
         if (r)
                 goto out;
-        cfg.weight_bytes = plan + small_bytes(m, max_ctx);
+        cfg.weight_bytes = plan + m40_cuda_model_weights_extra(m, max_ctx);
         cfg.scratch_bytes = al(f->meta_bytes) + al((size_t)max_rows * m->n_vocab * 4) +
                             al(max_tokens * f->ld_dim * 4) * 3 + al(max_tokens * f->ld_q * 4) * 2 +
                             al(max_tokens * f->ld_kv * 4) * 2 + al(max_tokens * f->ld_ff * 4) * 2;
         cfg.scratch_bytes += extra_scratch;
         cfg.scratch_bytes += al(M40_CUDA_RMS_PARTIAL_BYTES(m->dim)) + al(sizeof(unsigned));
-        cfg.scratch_bytes += al(max_row_bytes(m)); /* relayout()'s bounce, at least */
+        cfg.scratch_bytes += al(m40_cuda_model_weights_bounce(m));
         f->attn_ws_bytes = m40_cuda_attention_workspace(max_tokens, m->n_heads,
                                                         max_ctx ? max_ctx - 1 : 0, m->head_dim);
         cfg.scratch_bytes += al(f->attn_ws_bytes);
@@ -438,7 +242,7 @@ int m40_cuda_fwd_new(const struct m40_model *m, int device, uint32_t max_tokens,
         f->kv = m40_cuda_kv_base(f->a);
         f->page_elems = st.kv_page_bytes / 2;
         f->v_off = (size_t)m->n_layers * page_tokens * m->kv_dim;
-        r = put_weights(f, load, err, errlen);
+        r = m40_cuda_model_weights_put(&f->mw, m, f->a, max_ctx, load, err, errlen);
         if (r)
                 goto out;
         r = scratch(f, err, errlen);
@@ -479,7 +283,7 @@ struct m40_cuda_fwd *m40_cuda_fwd_free(struct m40_cuda_fwd *f)
                 cudaEventDestroy(f->join);
         m40_cuda_alloc_free(f->a);
         m40_cuda_device_free(f->dev);
-        free(f->layers);
+        m40_cuda_model_weights_free(&f->mw);
         free(f->meta_h);
         free(f);
         return NULL;
@@ -583,7 +387,7 @@ static int mm_add(struct m40_cuda_fwd *f, const struct m40_cuda_matrix *w, const
  * scratch): small steps in one launch that reads each gate row with its up row and
  * applies the norm's scales and the SwiGLU to the two sums (matvec.h), others through
  * mm3_norm() and the SwiGLU kernel. */
-static int ffn_in(struct m40_cuda_fwd *f, const struct dlayer *l, uint32_t T)
+static int ffn_in(struct m40_cuda_fwd *f, const struct m40_cuda_layer_weights *l, uint32_t T)
 {
         int r;
 
@@ -625,11 +429,12 @@ static void l2_next(struct m40_cuda_fwd *f, struct m40_cuda_l2_plan *p, int i, i
 }
 
 /* layer - layer l (next: the one after it, or NULL for the last) for a step of T tokens. */
-static int layer(struct m40_cuda_fwd *f, const struct dlayer *l, const struct dlayer *next,
-                 const struct m40_cuda_kv *kv, uint32_t T, uint32_t max_pos)
+static int layer(struct m40_cuda_fwd *f, const struct m40_cuda_layer_weights *l,
+                 const struct m40_cuda_layer_weights *next, const struct m40_cuda_kv *kv,
+                 uint32_t T, uint32_t max_pos)
 {
         const struct m40_model *m = f->m;
-        const struct m40_cuda_rope rope = {f->rope_cs, m->rope.n_rot, m->rope.neox};
+        const struct m40_cuda_rope rope = {f->mw.rope_cs, m->rope.n_rot, m->rope.neox};
         const float scale = 1.0f / sqrtf((float)m->head_dim);
         const struct m40_cuda_matrix qkv[3] = {l->wq, l->wk, l->wv};
         float *const y[3] = {f->q, f->k, f->v};
@@ -661,7 +466,7 @@ static int layer(struct m40_cuda_fwd *f, const struct dlayer *l, const struct dl
                                                        &l->gate,
                                                        &l->up,
                                                        &l->down,
-                                                       next ? &next->wq : &f->output,
+                                                       next ? &next->wq : &f->mw.output,
                                                        next ? &next->wk : NULL,
                                                        next ? &next->wv : NULL};
         struct m40_cuda_l2_plan plan;
@@ -753,18 +558,18 @@ static int forward(struct m40_cuda_fwd *f, uint32_t n, uint32_t n_rows, uint32_t
 
         struct m40_cuda_rms ro = f->rms;
 
-        ro.g = f->layers[0].attn_norm;
-        r = m40_cuda_embed_rms(f->tok_embd.data, f->tok_embd.type, f->tok_embd.row_bytes, m->dim,
-                               d_tok, n, f->x, f->ld_dim, fused(n) ? &ro : NULL, f->stream);
+        ro.g = f->mw.layers[0].attn_norm;
+        r = m40_cuda_embed_rms(f->mw.tok_embd.data, f->mw.tok_embd.type, f->mw.tok_embd.row_bytes,
+                               m->dim, d_tok, n, f->x, f->ld_dim, fused(n) ? &ro : NULL, f->stream);
         for (uint32_t i = 0; i < m->n_layers && !r; i++) {
                 kv.layer = i;
-                r = layer(f, &f->layers[i], i + 1 < m->n_layers ? &f->layers[i + 1] : NULL, &kv, n,
-                          max_pos);
+                r = layer(f, &f->mw.layers[i], i + 1 < m->n_layers ? &f->mw.layers[i + 1] : NULL,
+                          &kv, n, max_pos);
         }
         if (!r && n_rows) {
-                r = m40_cuda_rmsnorm(f->x, f->ld_dim, d_idx, f->output_norm, m->dim, m->rms_eps,
+                r = m40_cuda_rmsnorm(f->x, f->ld_dim, d_idx, f->mw.output_norm, m->dim, m->rms_eps,
                                      n_rows, f->xn, f->ld_dim, f->stream);
-                r = r ? r : mm(f, &f->output, f->xn, f->ld_dim, f->logits, m->n_vocab, n_rows);
+                r = r ? r : mm(f, &f->mw.output, f->xn, f->ld_dim, f->logits, m->n_vocab, n_rows);
         }
         return r;
 }

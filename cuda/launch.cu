@@ -24,3 +24,13 @@ extern "C" int m40_cuda_launch_status(const char *what)
                  cudaGetErrorName(e), cudaGetErrorString(e));
         return M40_ECUDA;
 }
+
+extern "C" int m40_cuda_status(int e, const char *what, char *err, size_t errlen)
+{
+        if (e == cudaSuccess)
+                return 0;
+        if (err)
+                snprintf(err, errlen, "%s: %s: %s", what, cudaGetErrorName((cudaError_t)e),
+                         cudaGetErrorString((cudaError_t)e));
+        return M40_ECUDA;
+}

@@ -10,6 +10,8 @@
 #ifndef M40_CUDA_LAUNCH_H
 #define M40_CUDA_LAUNCH_H
 
+#include <stddef.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -23,6 +25,11 @@ const char *m40_cuda_last_error(void);
  * 0 when there is none, else record it under `what` and return M40_ECUDA (a sticky
  * error stays sticky: the context is then unusable, and later calls fail too). */
 int m40_cuda_launch_status(const char *what);
+
+/* m40_cuda_status - for setup code: e is a cudaError_t of a runtime call; 0 for
+ * cudaSuccess, else M40_ECUDA with "what: cudaErrorName: description" in err (when err
+ * is not NULL). */
+int m40_cuda_status(int e, const char *what, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }
