@@ -53,7 +53,9 @@
  * 479 at cap 3), hence batch 1 only. Q8_0 cap 2 -> 4: 8B b1 259 -> 271, 1B b1 1042 ->
  * 1094, 135M b1 1199 -> 1117 (at batch 8 mixed, 8B 234 -> 231, 1B 1226 -> 1314, and
  * its batch-2 kernels spill at 64 registers: batch 1 only). The K types lost with
- * more (8B Q4_K_M 258 -> 247 at 3, 210 at 4).
+ * more (8B Q4_K_M 258 -> 247 at 3, 210 at 4). Again with the epilogue loads after the
+ * products (1e29dac), 4 -> 3 blocks for Q8_0 and the Q4_0 types: 8B Q8_0 286.2 -> 269.5,
+ * 8B Q4_0 419.1 -> 379.1, 135M Q8_0 1434.4 -> 1421.5 (same run, 2 rounds).
  * Knobs for A/B builds, as MV_WPS (matvec_launch.cuh). */
 #ifndef MV_MINB
 #define MV_MINB 2

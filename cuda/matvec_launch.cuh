@@ -119,7 +119,10 @@ static int launch_mv(const struct mv_args *a, int n, int sms, cudaStream_t strea
  * types) at batch 3..8, the fused SwiGLU and q/k/v+RoPE launches, which pair rows, fell
  * back to separate ones, and same-run A/Bs (H100) 1 -> 2 gave at batch 8 8B Q8_0 234 ->
  * 428 tok/s, 8B Q4_K_M 244 -> 424, 1B Q8_0 1225 -> 2153, 135M Q8_0 3944 -> 5118; at
- * batch 4 8B Q8_0 222 -> 391, 8B Q4_K_M 245 -> 442, 1B Q8_0 1110 -> 1869. */
+ * batch 4 8B Q8_0 222 -> 391, 8B Q4_K_M 245 -> 442, 1B Q8_0 1110 -> 1869. 2 rows at
+ * batch 1 (fewer registers, so that the compiler issues all of a piece's loads before
+ * its products) against 4, at 1e29dac (same run, 2 rounds): 8B Q8_0 286.2 -> 275.9,
+ * 8B Q4_0 419.1 -> 311.7, 135M Q8_0 1434.4 -> 1475.0. */
 #ifndef MV_R1
 #define MV_R1 4 /* rows per warp at batch 1, pieces of at most 8 words (knob for A/B) */
 #endif
