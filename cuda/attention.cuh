@@ -1,9 +1,9 @@
 /* cuda/attention.cuh - what the attention kernels share (attention.cu: k_attention, the
  * general kernel, and its launcher; attention_decode.cu: k_attention_g, the decode
- * kernel of blocks of tiles): the tuning constants, the launch plan, a position's slot
- * in the paged KV cache, the split merge and the loads of a tile's K and V rows.
- * Internal to those two files; the contracts are in ops.h. Maxwell-clean (attention.cu
- * says what each piece uses). */
+ * kernel of blocks of tiles): the tuning constants, the launch plan, the split merge
+ * and the loads of a tile's K and V rows (a position's slot: kv_slot.cuh). Internal to
+ * those two files; the contracts are in ops.h. Maxwell-clean (attention.cu says what
+ * each piece uses). */
 #ifndef M40_CUDA_ATTENTION_CUH
 #define M40_CUDA_ATTENTION_CUH
 
@@ -13,6 +13,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include "cuda/kv_slot.cuh"
 #include "cuda/ops.h"
 #include "cuda/warp.cuh"
 
@@ -57,14 +58,6 @@ static_assert(ATTN_MAX_SPLITS == 32, "the merge gives each split one lane of a w
 static_assert(M40_CUDA_MAX_HEAD_DIM % ATTN_THREADS == 0, "ATTN_DPT");
 static_assert(ATTN_HB <= 32 && ATTN_SPAN_MIN % ATTN_TILE == 0 && ATTN_TILE <= ATTN_THREADS,
               "layout");
-
-/* The element offset of position p's K (V: + v_off) in the layer's slab of its page. */
-static __device__ __forceinline__ size_t slot_in(const struct m40_cuda_kv &kv, uint32_t page,
-                                                 uint32_t p)
-{
-        return (size_t)page * kv.page_elems +
-               ((size_t)kv.layer * kv.page_tokens + p % kv.page_tokens) * kv.kv_dim;
-}
 
 /* How a launch divides the work: blocks (gb = n_kv_heads * nsub, n_tok, n_split); block
  * (x, t, s) holds query heads kvh * group + sub * hb .. + nh of KV head kvh = x / nsub,

@@ -13,6 +13,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include "cuda/kv_slot.cuh"
 #include "cuda/ops.h"
 #include "cuda/warp.cuh"
 
@@ -187,8 +188,7 @@ static __device__ __forceinline__ void rope_prefetch(const struct mv_rope &rp, i
                 p.si = cs[1];
         }
         if (m >= 1)
-                p.off = (size_t)kv.pages[kv.tbl[c] + pos / kv.page_tokens] * kv.page_elems +
-                        ((size_t)kv.layer * kv.page_tokens + pos % kv.page_tokens) * kv.kv_dim +
+                p.off = slot_in(kv, kv.pages[kv.tbl[c] + pos / kv.page_tokens], pos) +
                         (m == 2 ? kv.v_off : 0) + o;
 }
 
