@@ -120,7 +120,7 @@ static int sm_count(void)
         return sms;
 }
 
-static int launch(const struct mv_args *a, int n, uint32_t type, int tiled, cudaStream_t stream)
+static int launch(const struct mv_args *a, int n, uint32_t type, cudaStream_t stream)
 {
         const int sms = sm_count();
         int rows = 0, r;
@@ -129,11 +129,45 @@ static int launch(const struct mv_args *a, int n, uint32_t type, int tiled, cuda
                 rows += a[i].n_out;
         if (rows == 0)
                 return 0;
-        r = m40_mv_launch_f(type, a, n, tiled, sms, stream);
+        r = m40_mv_launch_f(type, a, n, sms, stream);
         if (r == -ENOTSUP)
-                r = m40_mv_launch_q(type, a, n, tiled, sms, stream);
+                r = m40_mv_launch_q(type, a, n, sms, stream);
         if (r == -ENOTSUP)
-                r = m40_mv_launch_k(type, a, n, tiled, sms, stream);
+                r = m40_mv_launch_k(type, a, n, sms, stream);
+        return r == -ENOTSUP ? M40_EUNSUPPORTED : r;
+}
+
+/* The batched kernel (mmq.cuh) over the n checked calls of a (one x, one type): one
+ * launch, k split over up to part_bytes of partial sums (part NULL: not split). */
+static int launch_mq(const struct mv_args *a, int n, uint32_t type, bool add, float *part,
+                     size_t part_bytes, cudaStream_t stream)
+{
+        struct mq_args q = {};
+        int r;
+
+        for (int i = 0; i < n; i++) {
+                q.m.w[i] = a[i].w;
+                q.m.y[i] = a[i].y;
+                q.m.n_out[i] = a[i].n_out;
+                q.m.ldy[i] = a[i].ldy;
+                q.m.r_base[i] = q.m.rows;
+                q.m.rows += a[i].n_out;
+        }
+        if (q.m.rows == 0)
+                return 0;
+        q.m.n = n;
+        q.m.add = add;
+        q.row_bytes = a[0].row_bytes;
+        q.n_in = a[0].n_in;
+        q.x = a[0].x;
+        q.ldx = a[0].ldx;
+        q.nb = a[0].nb;
+        q.part = part_bytes >= (size_t)q.nb * q.m.rows * sizeof(float) ? part : NULL;
+        r = m40_mq_launch_f(type, &q, sm_count(), part_bytes, stream);
+        if (r == -ENOTSUP)
+                r = m40_mq_launch_q(type, &q, sm_count(), part_bytes, stream);
+        if (r == -ENOTSUP)
+                r = m40_mq_launch_k(type, &q, sm_count(), part_bytes, stream);
         return r == -ENOTSUP ? M40_EUNSUPPORTED : r;
 }
 
@@ -143,7 +177,7 @@ extern "C" int m40_cuda_matvec(const struct m40_cuda_matrix *w, const float *x, 
         struct mv_args a;
         int r = check(w, x, ldx, y, ldy, batch, M40_CUDA_MATVEC_MAX_BATCH, &a);
 
-        return r < 0 ? r : launch(&a, 1, w->type, 0, stream);
+        return r < 0 ? r : launch(&a, 1, w->type, stream);
 }
 
 extern "C" int m40_cuda_matmul_tiled(const struct m40_cuda_matrix *w, const float *x, size_t ldx,
@@ -153,7 +187,7 @@ extern "C" int m40_cuda_matmul_tiled(const struct m40_cuda_matrix *w, const floa
         struct mv_args a;
         int r = check(w, x, ldx, y, ldy, batch, M40_CUDA_MATMUL_MAX_BATCH, &a);
 
-        return r < 0 ? r : launch(&a, 1, w->type, 1, stream);
+        return r < 0 ? r : launch_mq(&a, 1, w->type, false, NULL, 0, stream);
 }
 
 extern "C" int m40_cuda_matmul(const struct m40_cuda_matrix *w, const float *x, size_t ldx,
@@ -201,13 +235,8 @@ extern "C" int m40_cuda_matmul_n(const struct m40_cuda_matrix *w, uint32_t n, co
         if (r < 0)
                 return r;
         if (batch <= M40_CUDA_MATVEC_MAX_BATCH)
-                return launch(a, (int)n, w[0].type, 0, stream);
-        for (uint32_t i = 0; i < n; i++) {
-                r = launch(&a[i], 1, w[0].type, 1, stream);
-                if (r < 0)
-                        return r;
-        }
-        return 0;
+                return launch(a, (int)n, w[0].type, stream);
+        return launch_mq(a, (int)n, w[0].type, false, NULL, 0, stream);
 }
 
 extern "C" int m40_cuda_matvec_add(const struct m40_cuda_matrix *w, const float *x, size_t ldx,
@@ -217,7 +246,7 @@ extern "C" int m40_cuda_matvec_add(const struct m40_cuda_matrix *w, const float 
         int r = check(w, x, ldx, y, ldy, batch, M40_CUDA_MATVEC_MAX_BATCH, &a);
 
         a.add = true;
-        return r < 0 ? r : launch(&a, 1, w->type, 0, stream);
+        return r < 0 ? r : launch(&a, 1, w->type, stream);
 }
 
 /* The L2 hint of rms (matvec.h) into a's kernel arguments: whole lines only. */
@@ -257,7 +286,7 @@ extern "C" int m40_cuda_matmul_n_rms(const struct m40_cuda_matrix *w, uint32_t n
         if (r < 0)
                 return r;
         rms_consumer(&a[0], rms, 1);
-        return launch(a, (int)n, w[0].type, 0, stream);
+        return launch(a, (int)n, w[0].type, stream);
 }
 
 /* k_matvec's rows per warp for type at batch nb (matvec.cuh's mv_rows); 0 for a type
@@ -311,7 +340,7 @@ extern "C" int m40_cuda_matmul_swiglu_rms(const struct m40_cuda_matrix *gate,
                 return r ? r : m40_cuda_swiglu(y, y_up, ldy, gate->n_out, batch, stream);
         }
         rms_consumer(&a[0], rms, 3);
-        return launch(a, 2, w[0].type, 0, stream);
+        return launch(a, 2, w[0].type, stream);
 }
 
 extern "C" int m40_cuda_matvec_add_rms(const struct m40_cuda_matrix *w, const float *x, size_t ldx,
@@ -344,7 +373,7 @@ extern "C" int m40_cuda_matvec_add_rms(const struct m40_cuda_matrix *w, const fl
         a.rms.ss_count = rms->count;
         a.rms_mode = 2;
         l2_hint(&a, rms);
-        return launch(&a, 1, w->type, 0, stream);
+        return launch(&a, 1, w->type, stream);
 }
 
 extern "C" int m40_cuda_matmul_qkv_rope(const struct m40_cuda_matrix *w, const float *xg,
@@ -380,5 +409,19 @@ extern "C" int m40_cuda_matmul_qkv_rope(const struct m40_cuda_matrix *w, const f
         a[0].rope.n_rot = (int)rope->n_rot;
         a[0].rope.hd = (int)head_dim;
         a[0].rope.kv = *kv;
-        return launch(a, 3, w[0].type, 0, stream);
+        return launch(a, 3, w[0].type, stream);
+}
+
+extern "C" int m40_cuda_mmq(const struct m40_cuda_matrix *w, uint32_t n, const float *x, size_t ldx,
+                            float *const *y, const size_t *ldy, uint32_t batch, bool add,
+                            float *part, size_t part_bytes, struct CUstream_st *stream)
+{
+        struct mv_args a[MV_MAX_MATS];
+        int r = check_n(w, n, x, ldx, y, ldy, batch, M40_CUDA_MMQ_MAX_BATCH, a);
+
+        if (r < 0)
+                return r;
+        if (part_bytes && (!part || (uintptr_t)part % 16))
+                return -EINVAL;
+        return launch_mq(a, (int)n, w[0].type, add, part, part_bytes, stream);
 }

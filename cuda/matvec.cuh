@@ -15,13 +15,9 @@
  *   for NB columns, every activation run is loaded once (16-byte read-only loads) and
  *   used for R rows. Sums: per lane and scale group, then the group scale, then a warp
  *   shuffle tree, then the S partials in split order: deterministic.
- * k_matmul<T, TM, TN> - batch 1..64 in tiles: TM rows (64, or 16 for small matrices)
- *   x TN columns (16, 32, 64) per 256-thread block, k in steps of 32: 4 threads per row
- *   dequantize 8 weights each (deq8) into a shared tile, 4 per column load 8
- *   activations each, then every thread accumulates a TM/16 x TN/16 block of outputs
- *   from the two tiles. Grid (ceil(n_out / TM), ceil(nb / TN)).
- * Both write exactly y[c][o] for c < nb, o < n_out, nothing else, and read x only at
- * k < n_in. No atomics: a result does not depend on timing.
+ * It writes exactly y[c][o] for c < nb, o < n_out, nothing else, and reads x only at
+ * k < n_in. No atomics: a result does not depend on timing. Larger batches take the
+ * tiled kernel of mmq.cuh.
  *
  * Tolerance against the double-precision dot product of the dequantized weights: the
  * error of FP32 sums, at most ~1e-6 of sum |w x| for the shapes tested (quant.cuh says
@@ -80,11 +76,8 @@
 #ifndef MV_PF_ALL
 #define MV_PF_ALL 0
 #endif
-#define MV_WARPS   (MV_THREADS / 32)
-#define MM_THREADS 256
-#define MM_KS      32 /* k per k_matmul step */
+#define MV_WARPS (MV_THREADS / 32)
 
-static_assert(MM_THREADS == 64 * 4, "k_matmul: 4 threads dequantize a row's 32 weights");
 static_assert(MV_WARPS == 8, "k_matvec splits rows over up to 8 warps of a block");
 
 #include "cuda/matvec_epilogue.cuh" /* the fused RMSNorm and RoPE epilogues */
@@ -551,88 +544,6 @@ static __global__ void __launch_bounds__(MV_THREADS, mv_minb<T, NB>::V)
         }
         if (MODE == 2)
                 rms_partial<NB>(mm.rms, mine ? v * v : 0.0f, wc);
-}
-
-template <int T, int TM, int TN>
-static __global__ void __launch_bounds__(MM_THREADS)
-        k_matmul(const uint8_t *__restrict__ w, size_t row_bytes, int n_out, int n_in,
-                 const float *__restrict__ x, int ldx, int nb, float *__restrict__ y, int ldy)
-{
-        enum { MR = TM / 16, NR = TN / 16 }; /* outputs per thread: MR rows x NR columns */
-        static_assert(TM == 16 || TM == 64, "k_matmul: TM is 16 or 64");
-        static_assert(TN == 16 || TN == 32 || TN == 64, "k_matmul: TN is 16, 32 or 64");
-        __shared__ __align__(16) float ws[MM_KS][TM + 4];
-        __shared__ __align__(16) float xs[MM_KS][TN + 4];
-        const int t = threadIdx.x, lr = t >> 2, lq = t & 3, ty = t >> 4, tx = t & 15;
-        const int row0 = blockIdx.x * TM, col0 = blockIdx.y * TN;
-        const bool wok = lr < TM && row0 + lr < n_out, xok = lr < TN && col0 + lr < nb;
-        const uint8_t *wrow = w + (size_t)(wok ? row0 + lr : 0) * row_bytes;
-        const float *xrow = x + (size_t)(xok ? col0 + lr : 0) * ldx;
-        float acc[MR][NR];
-
-#pragma unroll
-        for (int i = 0; i < MR; i++)
-#pragma unroll
-                for (int j = 0; j < NR; j++)
-                        acc[i][j] = 0.0f;
-
-        for (int k0 = 0; k0 < n_in; k0 += MM_KS) {
-                const int k = k0 + 8 * lq;
-                float v[8];
-
-                if (lr < TM) {
-                        if (wok && k < n_in) {
-                                qt<T>::deq8(wrow, k, n_in, v);
-                        } else {
-#pragma unroll
-                                for (int i = 0; i < 8; i++)
-                                        v[i] = 0.0f;
-                        }
-#pragma unroll
-                        for (int i = 0; i < 8; i++)
-                                ws[8 * lq + i][lr] = v[i];
-                }
-                if (lr < TN) {
-                        if (xok && k + 8 <= n_in) {
-                                load_x4<false>(xrow, k, n_in, v);
-                                load_x4<false>(xrow, k + 4, n_in, v + 4);
-                        } else {
-#pragma unroll
-                                for (int i = 0; i < 8; i++)
-                                        v[i] = xok && k + i < n_in ? ld_f32(xrow + k + i) : 0.0f;
-                        }
-#pragma unroll
-                        for (int i = 0; i < 8; i++)
-                                xs[8 * lq + i][lr] = v[i];
-                }
-                __syncthreads();
-#pragma unroll 8
-                for (int kk = 0; kk < MM_KS; kk++) {
-                        float a[MR], b[NR];
-
-#pragma unroll
-                        for (int i = 0; i < MR; i++)
-                                a[i] = ws[kk][MR * ty + i];
-#pragma unroll
-                        for (int j = 0; j < NR; j++)
-                                b[j] = xs[kk][NR * tx + j];
-#pragma unroll
-                        for (int i = 0; i < MR; i++)
-#pragma unroll
-                                for (int j = 0; j < NR; j++)
-                                        acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
-                }
-                __syncthreads();
-        }
-#pragma unroll
-        for (int i = 0; i < MR; i++)
-#pragma unroll
-                for (int j = 0; j < NR; j++) {
-                        const int o = row0 + MR * ty + i, c = col0 + NR * tx + j;
-
-                        if (o < n_out && c < nb)
-                                y[(size_t)c * ldy + o] = acc[i][j];
-                }
 }
 
 #endif

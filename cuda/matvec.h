@@ -54,7 +54,8 @@ struct m40_cuda_matrix {
 };
 
 /* m40_cuda_matmul - y = x * W^T for batch 1..64 columns, picking the kernel: the
- * matrix-vector kernel up to M40_CUDA_MATVEC_MAX_BATCH columns, the tiled one above. */
+ * matrix-vector kernel up to M40_CUDA_MATVEC_MAX_BATCH columns, the batched one (not
+ * split) above. */
 int m40_cuda_matmul(const struct m40_cuda_matrix *w, const float *x, size_t ldx, float *y,
                     size_t ldy, uint32_t batch, struct CUstream_st *stream);
 
@@ -62,9 +63,9 @@ int m40_cuda_matmul(const struct m40_cuda_matrix *w, const float *x, size_t ldx,
  * matrices of w, which share type, n_in and row_bytes (a layer's q, k and v; gate and
  * up), batch 1..64: up to M40_CUDA_MATVEC_MAX_BATCH columns in one launch of the
  * matrix-vector kernel (fewer launches, and small matrices like k and v fill the GPU
- * together), above it one tiled launch per matrix. Each y[i] (ldy[i]) is as for
- * m40_cuda_matmul(); outputs must not overlap each other or x. -EINVAL also when the
- * matrices differ in type, n_in or row_bytes. */
+ * together), above it one launch of the batched kernel for all of them (not split). Each y[i]
+ * (ldy[i]) is as for m40_cuda_matmul(); outputs must not overlap each other or x. -EINVAL also when
+ * the matrices differ in type, n_in or row_bytes. */
 #define M40_CUDA_MATMUL_MAX_MATS 3
 int m40_cuda_matmul_n(const struct m40_cuda_matrix *w, uint32_t n, const float *x, size_t ldx,
                       float *const *y, const size_t *ldy, uint32_t batch,
@@ -80,10 +81,26 @@ int m40_cuda_matvec(const struct m40_cuda_matrix *w, const float *x, size_t ldx,
 int m40_cuda_matvec_add(const struct m40_cuda_matrix *w, const float *x, size_t ldx, float *y,
                         size_t ldy, uint32_t batch, struct CUstream_st *stream);
 
-/* m40_cuda_matmul_tiled - the tiled kernel (k_matmul: 64-row tiles dequantized into
- * shared memory), batch 1..M40_CUDA_MATMUL_MAX_BATCH. */
+/* m40_cuda_matmul_tiled - the batched kernel (m40_cuda_mmq() below) without split
+ * partial sums, batch 1..M40_CUDA_MATMUL_MAX_BATCH. */
 int m40_cuda_matmul_tiled(const struct m40_cuda_matrix *w, const float *x, size_t ldx, float *y,
                           size_t ldy, uint32_t batch, struct CUstream_st *stream);
+
+/* m40_cuda_mmq - y[i] = x * w[i]^T (add: y[i] += x * w[i]^T) for the n (1..
+ * M40_CUDA_MATMUL_MAX_MATS) matrices of w, which share type, n_in and row_bytes, and
+ * batch 1..M40_CUDA_MMQ_MAX_BATCH columns (decode steps of many sequences, prompt
+ * chunks): one launch of the batched kernel (cuda/mmq.cuh: weight tiles dequantized
+ * once per step into shared memory, FP32 register tiles over all columns), W read once
+ * per 64 columns. When its tiles are too few to fill the GPU, k is split and the splits'
+ * partial sums go to `part` (device scratch, 16-byte aligned, part_bytes; NULL and 0:
+ * never split), then a second launch adds them up in a fixed order: deterministic.
+ * Splits use at most part_bytes (a split takes batch x the matrices' n_out floats). Each
+ * y[i] (ldy[i]) as for m40_cuda_matmul(); outputs must not overlap each other, x or
+ * part. Errors as m40_cuda_matmul_n(), -EINVAL also for a misaligned part. */
+#define M40_CUDA_MMQ_MAX_BATCH 65536
+int m40_cuda_mmq(const struct m40_cuda_matrix *w, uint32_t n, const float *x, size_t ldx,
+                 float *const *y, const size_t *ldy, uint32_t batch, bool add, float *part,
+                 size_t part_bytes, struct CUstream_st *stream);
 
 /* The RMSNorm fused into the matrix-vector kernel (decode steps, batch 1..
  * M40_CUDA_MATVEC_MAX_BATCH), so that a layer needs no normalization kernel of its own.

@@ -1,5 +1,5 @@
 /* cuda/matvec_launch.cuh - how the kernels of matvec.cuh are launched: the split of a
- * row group over warps, rows per warp, the tile shapes of k_matmul, and the per-family
+ * row group over warps, rows per warp, and the per-family
  * entry points that matvec_f.cu, matvec_q.cu and matvec_k.cu instantiate (M40_MV_CASE)
  * and matvec.cu calls. Host code and templates only; the kernels and the inner loops a
  * persistent kernel calls stay in matvec.cuh. */
@@ -7,6 +7,7 @@
 #define M40_CUDA_MATVEC_LAUNCH_CUH
 
 #include "cuda/matvec.cuh"
+#include "cuda/mmq.cuh"
 
 /* Warps per row group for k_matvec (log2): split rows over warps until the grid has
  * about wps warps per SM. More, shorter warps fill the last waves of mid-sized matrices
@@ -171,49 +172,16 @@ static int launch_matvec(const struct mv_args *a, int n, int sms, cudaStream_t s
         return launch_matvec_t<T, true>(a, n, sms, stream);
 }
 
-template <int T, int TM, int TN> static int launch_mm(const struct mv_args *a, cudaStream_t stream)
-{
-        const dim3 grid((unsigned)((a->n_out + TM - 1) / TM), (unsigned)((a->nb + TN - 1) / TN));
-
-        k_matmul<T, TM, TN><<<grid, MM_THREADS, 0, stream>>>(a->w, a->row_bytes, a->n_out, a->n_in,
-                                                             a->x, a->ldx, a->nb, a->y, a->ldy);
-        return m40_cuda_launch_status("k_matmul");
-}
-
-/* Tiles: TN the narrowest of 16, 32, 64 that holds the batch, 64 rows per block when
- * that still gives two blocks per SM, else 16 rows (and, if even that is too few, 16
- * columns): small matrices need many blocks more than large tiles. */
-template <int T> static int launch_matmul(const struct mv_args *a, int sms, cudaStream_t stream)
-{
-        const long want = 2L * sms, r64 = (a->n_out + 63) / 64, r16 = (a->n_out + 15) / 16;
-        const int tn = a->nb <= 16 ? 16 : a->nb <= 32 ? 32 : 64;
-        const long cols = (a->nb + tn - 1) / tn;
-
-        if (r64 * cols >= want)
-                return tn == 16   ? launch_mm<T, 64, 16>(a, stream)
-                       : tn == 32 ? launch_mm<T, 64, 32>(a, stream)
-                                  : launch_mm<T, 64, 64>(a, stream);
-        if (r16 * cols >= want || tn == 16)
-                return tn == 16   ? launch_mm<T, 16, 16>(a, stream)
-                       : tn == 32 ? launch_mm<T, 16, 32>(a, stream)
-                                  : launch_mm<T, 16, 64>(a, stream);
-        return launch_mm<T, 16, 16>(a, stream);
-}
-
 /* The per-family entry points (matvec_f.cu, matvec_q.cu, matvec_k.cu): launch the
- * matrix-vector kernel over a[0 .. n) (tiled = 0), or the tiled kernel (1) for a[0]
- * (n = 1), for a type of the family; -ENOTSUP for a type of another family. */
-int m40_mv_launch_f(uint32_t type, const struct mv_args *a, int n, int tiled, int sms,
-                    cudaStream_t stream);
-int m40_mv_launch_q(uint32_t type, const struct mv_args *a, int n, int tiled, int sms,
-                    cudaStream_t stream);
-int m40_mv_launch_k(uint32_t type, const struct mv_args *a, int n, int tiled, int sms,
-                    cudaStream_t stream);
+ * matrix-vector kernel over a[0 .. n) for a type of the family; -ENOTSUP for a type of
+ * another family. (The batched kernel's: mmq.cuh.) */
+int m40_mv_launch_f(uint32_t type, const struct mv_args *a, int n, int sms, cudaStream_t stream);
+int m40_mv_launch_q(uint32_t type, const struct mv_args *a, int n, int sms, cudaStream_t stream);
+int m40_mv_launch_k(uint32_t type, const struct mv_args *a, int n, int sms, cudaStream_t stream);
 
 /* One family file's body: FAMILY is its entry point, the types are its cases. */
 #define M40_MV_CASE(T)                                                                             \
         case T:                                                                                    \
-                return tiled ? launch_matmul<T>(a, sms, stream)                                    \
-                             : launch_matvec<T>(a, n, sms, stream);
+                return launch_matvec<T>(a, n, sms, stream);
 
 #endif

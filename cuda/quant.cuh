@@ -22,7 +22,12 @@
  *    32-element 4/5-bit types, whose scales lie apart from their quants in the split
  *    layout, also load the two separately (load_body(), load_meta()), so that the kernel
  *    can read a piece's scales ahead of it (matvec.cuh, mv_ahead).
- *  - deq8(): 8 contiguous weights, fully dequantized, for the tiled matrix kernels.
+ *  - deq8(): 8 contiguous weights, fully dequantized, for the tiled matrix kernels; in
+ *    two halves, ld8() (the loads, into a `raw8`) and dec8() (the arithmetic), so that
+ *    a kernel can issue the loads of its next step before the products of this one.
+ *    ld32() loads 32 contiguous weights from k0 (a multiple of 32) with the widest loads
+ *    the block allows (a whole Q block, a K sub-block), and run8(raw32, i) gives the
+ *    raw8 of its elements 8i .. 8i + 7, which dec8() decodes as deq8() would.
  * Maxwell-clean: byte permutes, shifts, masks and FP32 adds/FMAs only; no __dp4a, no
  * fp16 arithmetic; weight loads go through the read-only path (__ldg). 32-bit integer
  * multiplies are avoided in the loops (Maxwell emulates them).
@@ -175,6 +180,18 @@ M40_HD uint4 ld_u128_a2(const uint8_t *p)
         return make_uint4(ld_u32_a2(p), ld_u32_a2(p + 4), ld_u32_a2(p + 8), ld_u32_a2(p + 12));
 }
 
+/* 8 bytes at a 2-aligned address, with the widest loads its alignment allows. */
+M40_HD uint2 ld_u64_a2(const uint8_t *p)
+{
+        const uintptr_t a = (uintptr_t)p;
+
+        if (!(a & 7))
+                return ld_u64(p);
+        if (!(a & 3))
+                return make_uint2(ld_u32(p), ld_u32(p + 4));
+        return make_uint2(ld_u32_a2(p), ld_u32_a2(p + 4));
+}
+
 /* Word i (0..3) of u, by selects (no local-memory indexing). */
 M40_HD uint32_t word(const uint4 &u, int i)
 {
@@ -314,10 +331,39 @@ M40_HD void k4_scale_pair(uint4 h, int j, uint32_t *sc, uint32_t *mn)
 
 template <int T> struct qt;
 
+/* What every decoder D (below) has from its ld8() and dec8(): deq8(), 8 weights loaded
+ * and decoded at once. */
+template <class D> struct q_deq8 {
+        M40_HD void deq8(const uint8_t *row, int k0, int n_in, float w[8])
+        {
+                typename D::raw8 r;
+
+                D::ld8(row, k0, n_in, r);
+                D::dec8(r, k0, n_in, w);
+        }
+};
+
+/* ld32() and run8() of the float types, whose 32 weights are four runs of 8 as ld8()
+ * loads them (each 16-byte run one load already). */
+template <class D> struct q_runs4 : q_deq8<D> {
+        struct raw32 {
+                typename D::raw8 r[4];
+        };
+        M40_HD void ld32(const uint8_t *row, int k0, int n_in, raw32 &r)
+        {
+                for (int i = 0; i < 4; i++)
+                        D::ld8(row, k0 + 8 * i, n_in, r.r[i]);
+        }
+        M40_HD auto run8(const raw32 &r, int i) /* auto: D is complete only here */
+        {
+                return r.r[i];
+        }
+};
+
 /* The float types: a piece is 8 consecutive elements; rows of any length (the last
  * piece may be partial: what lies past n_in reads as 0). VEC: rows are 16-byte
  * aligned, so whole pieces load as 16-byte vectors. */
-template <> struct qt<M40_GGML_F32> {
+template <> struct qt<M40_GGML_F32> : q_runs4<qt<M40_GGML_F32>> {
         enum { EPP = 8, NRUN = 2, NG = 1, XSUM = 0, TAIL = 1, SPLIT = 0, ESIZE = 4 };
         struct raw {
                 float f[8];
@@ -353,17 +399,32 @@ template <> struct qt<M40_GGML_F32> {
         {
                 return 8 * p + 4 * j;
         }
-        M40_HD void deq8(const uint8_t *row, int k0, int n_in, float w[8])
+        struct raw8 {
+                float f[8];
+        };
+        M40_HD void ld8(const uint8_t *row, int k0, int n_in, raw8 &r)
         {
                 const float *q = (const float *)row + k0;
 
+                if (k0 + 8 <= n_in && !((uintptr_t)q & 15)) {
+                        const float4 a = ld_f4(q), b = ld_f4(q + 4);
+
+                        r.f[0] = a.x, r.f[1] = a.y, r.f[2] = a.z, r.f[3] = a.w;
+                        r.f[4] = b.x, r.f[5] = b.y, r.f[6] = b.z, r.f[7] = b.w;
+                } else {
+                        for (int i = 0; i < 8; i++)
+                                r.f[i] = k0 + i < n_in ? ld_f32(q + i) : 0.0f;
+                }
+        }
+        M40_HD void dec8(const raw8 &r, int, int, float w[8])
+        {
                 for (int i = 0; i < 8; i++)
-                        w[i] = k0 + i < n_in ? ld_f32(q + i) : 0.0f;
+                        w[i] = r.f[i];
         }
 };
 
 /* F16 and BF16 differ only in the conversion. */
-template <bool BF> struct qt_half {
+template <bool BF> struct qt_half : q_runs4<qt_half<BF>> {
         enum { EPP = 8, NRUN = 2, NG = 1, XSUM = 0, TAIL = 1, SPLIT = 0, ESIZE = 2 };
         struct raw {
                 uint32_t h[4]; /* 8 halves */
@@ -407,10 +468,30 @@ template <bool BF> struct qt_half {
         {
                 return 8 * p + 4 * j;
         }
-        M40_HD void deq8(const uint8_t *row, int k0, int n_in, float w[8])
+        struct raw8 {
+                uint4 h; /* 8 halves; 0 past n_in */
+        };
+        M40_HD void ld8(const uint8_t *row, int k0, int n_in, raw8 &r)
         {
-                for (int i = 0; i < 8; i++)
-                        w[i] = k0 + i < n_in ? cvt(ld_u16(row + 2 * (k0 + i))) : 0.0f;
+                const uint8_t *q = row + 2 * k0;
+
+                if (k0 + 8 <= n_in) {
+                        r.h = ld_u128_a2(q);
+                } else {
+                        uint32_t v[4];
+
+                        for (int i = 0; i < 4; i++)
+                                v[i] = (k0 + 2 * i < n_in ? ld_u16(q + 4 * i) : 0) |
+                                       (k0 + 2 * i + 1 < n_in ? ld_u16(q + 4 * i + 2) : 0) << 16;
+                        r.h = make_uint4(v[0], v[1], v[2], v[3]);
+                }
+        }
+        M40_HD void dec8(const raw8 &r, int, int, float w[8])
+        {
+                for (int i = 0; i < 4; i++) {
+                        w[2 * i] = cvt(word(r.h, i) & 0xffff);
+                        w[2 * i + 1] = cvt(word(r.h, i) >> 16);
+                }
         }
 };
 template <> struct qt<M40_GGML_F16> : qt_half<false> {
@@ -422,7 +503,7 @@ template <> struct qt<M40_GGML_BF16> : qt_half<true> {
  * elements, qs bytes 16p .. 16p + 15 of the row (block p / 2), one 16-byte load on
  * 16-byte aligned rows (H100, 4096x14336: 0.74 of copy bandwidth, against 0.64 for
  * 8-element pieces of GGML blocks and 0.65 for 8-element pieces of split rows). */
-template <> struct qt<M40_GGML_Q8_0> {
+template <> struct qt<M40_GGML_Q8_0> : q_deq8<qt<M40_GGML_Q8_0>> {
         enum { EPP = 16, NRUN = 4, NG = 1, XSUM = 0, TAIL = 0, SPLIT = 1, BB = 34 };
         struct raw {
                 uint4 q;
@@ -450,13 +531,40 @@ template <> struct qt<M40_GGML_Q8_0> {
         {
                 return 16 * p + 4 * j;
         }
-        M40_HD void deq8(const uint8_t *row, int k0, int n_in, float w[8])
+        struct raw8 {
+                uint2 q;
+                uint32_t d;
+        };
+        M40_HD void ld8(const uint8_t *row, int k0, int n_in, raw8 &r)
         {
-                const uint8_t *q = row + k0; /* 32 quant bytes per block: byte k0 */
-                const float d = h2f(ld_u16(row + 32 * (n_in >> 5) + 2 * (k0 >> 5)));
+                r.q = ld_u64_a2(row + k0); /* 32 quant bytes per block: byte k0 */
+                r.d = ld_u16(row + 32 * (n_in >> 5) + 2 * (k0 >> 5));
+        }
+        struct raw32 { /* a whole block: its 32 quants and d */
+                uint4 a, b;
+                uint32_t d;
+        };
+        M40_HD void ld32(const uint8_t *row, int k0, int n_in, raw32 &r)
+        {
+                r.a = ld_u128_a2(row + k0);
+                r.b = ld_u128_a2(row + k0 + 16);
+                r.d = ld_u16(row + 32 * (n_in >> 5) + 2 * (k0 >> 5));
+        }
+        M40_HD raw8 run8(const raw32 &r, int i) /* elements 8i .. 8i + 7 */
+        {
+                const uint4 &u = i < 2 ? r.a : r.b;
+                raw8 v;
 
-                bytes_f4<128>(ld_u32_a2(q) ^ 0x80808080u, w);
-                bytes_f4<128>(ld_u32_a2(q + 4) ^ 0x80808080u, w + 4);
+                v.q = i & 1 ? make_uint2(u.z, u.w) : make_uint2(u.x, u.y);
+                v.d = r.d;
+                return v;
+        }
+        M40_HD void dec8(const raw8 &r, int, int, float w[8])
+        {
+                const float d = h2f(r.d);
+
+                bytes_f4<128>(r.q.x ^ 0x80808080u, w);
+                bytes_f4<128>(r.q.y ^ 0x80808080u, w + 4);
                 for (int i = 0; i < 8; i++)
                         w[i] *= d;
         }
@@ -474,7 +582,8 @@ template <> struct qt<M40_GGML_Q8_0> {
  * 5.6, in more registers). (One lane per whole block, 16-byte loads, was measured slower on an
  * H100, 0.39 of copy bandwidth against 0.52: its lanes' activation reads are 128 bytes
  * apart, and the L1 then serves a line per lane.) */
-template <int BBYTES, int QH, int OFF, bool HASMIN, int W = 1> struct qt_q32 {
+template <int BBYTES, int QH, int OFF, bool HASMIN, int W = 1>
+struct qt_q32 : q_deq8<qt_q32<BBYTES, QH, OFF, HASMIN, W>> {
         static_assert(W == 1 || W == 2, "pieces of one or two words");
         enum { PPB = 4 / W, PSH = W == 1 ? 2 : 1 }; /* pieces per block, its log2 */
         enum { EPP = 8 * W, NRUN = 2 * W, NG = 1, XSUM = 1, TAIL = 0, SPLIT = 1, BB = BBYTES };
@@ -551,19 +660,48 @@ template <int BBYTES, int QH, int OFF, bool HASMIN, int W = 1> struct qt_q32 {
         {
                 return 32 * (p >> PSH) + 4 * W * (p & (PPB - 1)) + 4 * (j % W) + (j >= W ? 16 : 0);
         }
-        M40_HD void deq8(const uint8_t *row, int k0, int n_in, float w[8])
-        {
-                const int b = k0 >> 5, o = k0 & 31, hi = o >= 16;
+        struct raw8 {
+                uint2 q;
                 uint32_t qh, dm;
+        };
+        M40_HD void ld8(const uint8_t *row, int k0, int n_in, raw8 &r)
+        {
+                const int b = k0 >> 5, o = k0 & 31;
 
-                ld_meta<false>(row, b, n_in >> 5, &qh, &dm);
-                const float d = h2f(dm & 0xffff), m = HASMIN ? h2f(dm >> 16) : 0.0f;
+                ld_meta<false>(row, b, n_in >> 5, &r.qh, &r.dm);
+                r.q = ld_u64_a2(row + 16 * b + (o & 15));
+        }
+        struct raw32 { /* a whole block */
+                uint4 q;
+                uint32_t qh, dm;
+        };
+        M40_HD void ld32(const uint8_t *row, int k0, int n_in, raw32 &r)
+        {
+                const int b = k0 >> 5;
+
+                ld_meta<false>(row, b, n_in >> 5, &r.qh, &r.dm);
+                r.q = ld_u128_a2(row + 16 * b);
+        }
+        M40_HD raw8 run8(const raw32 &r, int i) /* elements 8i .. 8i + 7: bytes (8i) & 15 */
+        {
+                raw8 v;
+
+                v.q = i & 1 ? make_uint2(r.q.z, r.q.w) : make_uint2(r.q.x, r.q.y);
+                v.qh = r.qh;
+                v.dm = r.dm;
+                return v;
+        }
+        M40_HD void dec8(const raw8 &r, int k0, int, float w[8])
+        {
+                const int o = k0 & 31, hi = o >= 16;
+                const float d = h2f(r.dm & 0xffff), m = HASMIN ? h2f(r.dm >> 16) : 0.0f;
+
                 for (int h = 0; h < 2; h++) {
-                        uint32_t q = ld_u32_a2(row + 16 * b + (o & 15) + 4 * h);
+                        uint32_t q = h ? r.q.y : r.q.x;
 
                         q = hi ? HI4(q) : LO4(q);
                         if (QH)
-                                q |= spread4((qh >> (o + 4 * h)) & 0xF);
+                                q |= spread4((r.qh >> (o + 4 * h)) & 0xF);
                         bytes_f4<OFF>(q, w + 4 * h);
                 }
                 for (int i = 0; i < 8; i++) /* no + 0 without a min: -0 stays -0, as on the CPU */
@@ -598,7 +736,7 @@ template <> struct qt_wide<M40_GGML_Q5_1> : qt_q32<24, 1, 0, true, 2> {
  * qs bytes 32j + 16hh .. +15, elements 64j + 16hh + 0..15 (runs 0-3, group 0) and
  * 64j + 32 + 16hh + 0..15 (runs 4-7, group 1). Q5_K's 5th bit of element l of group j
  * is bit 2j (low) or 2j + 1 (high) of qh[l]. */
-template <bool Q5> struct qt_k45 {
+template <bool Q5> struct qt_k45 : q_deq8<qt_k45<Q5>> {
         enum { EPP = 32, NRUN = 8, NG = 2, XSUM = 1, TAIL = 0, SPLIT = 0, BB = Q5 ? 176 : 144 };
         enum { QS = Q5 ? 48 : 16 };
         struct raw {
@@ -645,17 +783,50 @@ template <bool Q5> struct qt_k45 {
                 return 256 * (p >> 3) + 64 * ((p & 7) >> 1) + 16 * (p & 1) + 4 * (t & 3) +
                        (t >= 4 ? 32 : 0);
         }
-        M40_HD void deq8(const uint8_t *row, int k0, int, float w[8])
+        struct raw8 {
+                uint4 h;
+                uint2 q, qh;
+        };
+        M40_HD void ld8(const uint8_t *row, int k0, int, raw8 &r)
         {
                 const uint8_t *b = row + (k0 >> 8) * BB;
-                const int k = k0 & 255, sb = k >> 5, j = sb >> 1, hi = sb & 1, l = k & 31;
-                const uint4 h = ld_u128(b);
-                const uint2 q = ld_u64(b + QS + 32 * j + l);
-                uint2 qh = {0, 0};
+                const int k = k0 & 255, j = k >> 6, l = k & 31;
+
+                r.h = ld_u128(b);
+                r.q = ld_u64(b + QS + 32 * j + l);
+                r.qh = Q5 ? ld_u64(b + 16 + l) : make_uint2(0, 0);
+        }
+        struct raw32 { /* sub-block k0 / 32: the header, its 32 quant bytes (and 5th bits) */
+                uint4 h, qa, qb, ha, hb;
+        };
+        M40_HD void ld32(const uint8_t *row, int k0, int, raw32 &r)
+        {
+                const uint8_t *b = row + (k0 >> 8) * BB;
+                const int j = (k0 & 255) >> 6;
+
+                r.h = ld_u128(b);
+                r.qa = ld_u128(b + QS + 32 * j);
+                r.qb = ld_u128(b + QS + 32 * j + 16);
+                r.ha = Q5 ? ld_u128(b + 16) : make_uint4(0, 0, 0, 0);
+                r.hb = Q5 ? ld_u128(b + 32) : make_uint4(0, 0, 0, 0);
+        }
+        M40_HD raw8 run8(const raw32 &r, int i) /* elements 8i .. 8i + 7: bytes 8i */
+        {
+                const uint4 &q = i < 2 ? r.qa : r.qb, &h = i < 2 ? r.ha : r.hb;
+                raw8 v;
+
+                v.h = r.h;
+                v.q = i & 1 ? make_uint2(q.z, q.w) : make_uint2(q.x, q.y);
+                v.qh = i & 1 ? make_uint2(h.z, h.w) : make_uint2(h.x, h.y);
+                return v;
+        }
+        M40_HD void dec8(const raw8 &r, int k0, int, float w[8])
+        {
+                const int k = k0 & 255, sb = k >> 5, j = sb >> 1, hi = sb & 1;
+                const uint4 h = r.h;
+                const uint2 q = r.q, qh = r.qh;
                 uint32_t sc, mn;
 
-                if (Q5)
-                        qh = ld_u64(b + 16 + l);
                 k4_scale_min(h, sb, &sc, &mn);
                 const float d = h2f(h.x & 0xffff) * (float)sc, m = h2f(h.x >> 16) * (float)mn;
                 for (int e = 0; e < 2; e++) {
@@ -682,7 +853,7 @@ template <> struct qt<M40_GGML_Q5_K> : qt_k45<true> {
  * scales), then d[nb]. Piece s (0..7): n = s / 4, l0 = 8 (s % 4): elements 128n + 32m +
  * l0 + 0..7 for m = 0..3 (runs 2m, 2m + 1; group m); 8-byte loads when the row is
  * 16-byte aligned, 2-byte ones otherwise. */
-template <> struct qt<M40_GGML_Q6_K> {
+template <> struct qt<M40_GGML_Q6_K> : q_deq8<qt<M40_GGML_Q6_K>> {
         enum { EPP = 32, NRUN = 8, NG = 4, XSUM = 1, TAIL = 0, SPLIT = 1, BB = 210, BODY = 208 };
         struct raw {
                 uint32_t la[2], lb[2], qh[2], sc[2], d;
@@ -691,7 +862,7 @@ template <> struct qt<M40_GGML_Q6_K> {
         {
                 return n_in >> 5;
         }
-        template <bool VEC> M40_HD void ld8(const uint8_t *p, uint32_t v[2])
+        template <bool VEC> M40_HD void ld2w(const uint8_t *p, uint32_t v[2])
         {
                 if (VEC) {
                         const uint2 u = ld_u64(p);
@@ -705,10 +876,10 @@ template <> struct qt<M40_GGML_Q6_K> {
                 const uint8_t *b = row + (p >> 3) * BODY;
                 const int n = (p >> 2) & 1, l0 = 8 * (p & 3);
 
-                ld8<VEC>(b + 64 * n + l0, r.la);
-                ld8<VEC>(b + 64 * n + 32 + l0, r.lb);
-                ld8<VEC>(b + 128 + 32 * n + l0, r.qh);
-                ld8<VEC>(b + 192 + 8 * n, r.sc);
+                ld2w<VEC>(b + 64 * n + l0, r.la);
+                ld2w<VEC>(b + 64 * n + 32 + l0, r.lb);
+                ld2w<VEC>(b + 128 + 32 * n + l0, r.qh);
+                ld2w<VEC>(b + 192 + 8 * n, r.sc);
                 r.d = ld_u16(row + BODY * (n_in >> 8) + 2 * (p >> 3));
         }
         M40_HD void scale(const raw &r, int p, int g, float *d, float *m)
@@ -732,16 +903,56 @@ template <> struct qt<M40_GGML_Q6_K> {
                 return 256 * (p >> 3) + 128 * ((p >> 2) & 1) + 32 * (t >> 1) + 8 * (p & 3) +
                        4 * (t & 1);
         }
-        M40_HD void deq8(const uint8_t *row, int k0, int n_in, float w[8])
+        struct raw8 {
+                uint2 q, h;
+                uint32_t s, d;
+        };
+        M40_HD void ld8(const uint8_t *row, int k0, int n_in, raw8 &r)
         {
                 const uint8_t *b = row + (k0 >> 8) * BODY;
                 const int k = k0 & 255, n = k >> 7, m = (k >> 5) & 3, l = k & 31;
-                const uint8_t *src = b + 64 * n + 32 * (m & 1) + l, *hp = b + 128 + 32 * n + l;
-                const int8_t s = (int8_t)ld_u8(b + 192 + 8 * n + (l >> 4) + 2 * m);
-                const float d = h2f(ld_u16(row + BODY * (n_in >> 8) + 2 * (k0 >> 8))) * (float)s;
+
+                r.q = ld_u64_a2(b + 64 * n + 32 * (m & 1) + l);
+                r.h = ld_u64_a2(b + 128 + 32 * n + l);
+                r.s = ld_u8(b + 192 + 8 * n + (l >> 4) + 2 * m);
+                r.d = ld_u16(row + BODY * (n_in >> 8) + 2 * (k0 >> 8));
+        }
+        struct raw32 { /* elements k0 .. k0 + 31 (one m of a half): ql, qh, 2 scales, d */
+                uint4 qa, qb, ha, hb;
+                uint32_t s2, d;
+        };
+        M40_HD void ld32(const uint8_t *row, int k0, int n_in, raw32 &r)
+        {
+                const uint8_t *b = row + (k0 >> 8) * BODY;
+                const int k = k0 & 255, n = k >> 7, m = (k >> 5) & 3;
+                const uint8_t *src = b + 64 * n + 32 * (m & 1), *hp = b + 128 + 32 * n;
+
+                r.qa = ld_u128_a2(src);
+                r.qb = ld_u128_a2(src + 16);
+                r.ha = ld_u128_a2(hp);
+                r.hb = ld_u128_a2(hp + 16);
+                r.s2 = ld_u16(b + 192 + 8 * n + 2 * m);
+                r.d = ld_u16(row + BODY * (n_in >> 8) + 2 * (k0 >> 8));
+        }
+        M40_HD raw8 run8(const raw32 &r, int i) /* elements 8i .. 8i + 7: l = 8i */
+        {
+                const uint4 &q = i < 2 ? r.qa : r.qb, &h = i < 2 ? r.ha : r.hb;
+                raw8 v;
+
+                v.q = i & 1 ? make_uint2(q.z, q.w) : make_uint2(q.x, q.y);
+                v.h = i & 1 ? make_uint2(h.z, h.w) : make_uint2(h.x, h.y);
+                v.s = (r.s2 >> (8 * (i >> 1))) & 0xff;
+                v.d = r.d;
+                return v;
+        }
+        M40_HD void dec8(const raw8 &r, int k0, int, float w[8])
+        {
+                const int m = ((k0 & 255) >> 5) & 3;
+                const int8_t s = (int8_t)r.s;
+                const float d = h2f(r.d) * (float)s;
 
                 for (int e = 0; e < 2; e++) {
-                        const uint32_t q = ld_u32_a2(src + 4 * e), h = ld_u32_a2(hp + 4 * e);
+                        const uint32_t q = e ? r.q.y : r.q.x, h = e ? r.h.y : r.h.x;
                         const uint32_t nib = m >= 2 ? HI4(q) : LO4(q);
 
                         bytes_f4<32>(nib | (((h >> (2 * m)) & 0x03030303u) << 4), w + 4 * e);

@@ -29,12 +29,13 @@ static const uint32_t types[BENCH_MV_TYPES] = {
         M40_GGML_F32,  M40_GGML_F16,  M40_GGML_BF16, M40_GGML_Q8_0, M40_GGML_Q4_0, M40_GGML_Q4_1,
         M40_GGML_Q5_0, M40_GGML_Q5_1, M40_GGML_Q4_K, M40_GGML_Q5_K, M40_GGML_Q6_K,
 };
-static const uint32_t batches[BENCH_MV_BATCHES] = {1, 8, 32, 64};
+static const uint32_t batches[BENCH_MV_BATCHES] = {1, 8, 16, 32, 64};
 
 #define MAX_IN     14336
 #define MAX_OUT    128256
 #define TARGET_MS  25.0
 #define POOL_BYTES ((size_t)2560 << 20) /* the largest matrix (F32 output) plus room */
+#define PART_BYTES ((size_t)32 << 20)   /* m40_cuda_mmq()'s split partials, as the engine's */
 
 static void set_err(char *err, size_t errlen, const char *fmt, ...)
         __attribute__((format(printf, 3, 4)));
@@ -51,7 +52,7 @@ static void set_err(char *err, size_t errlen, const char *fmt, ...)
 struct bufs {
         uint8_t *pool;
         size_t pool_bytes;
-        float *x, *y;
+        float *x, *y, *part;
         cudaStream_t s;
         cudaEvent_t e0, e1;
         size_t l2;
@@ -66,7 +67,10 @@ static int calls(const struct bufs *b, struct m40_cuda_matrix *w, size_t stride,
 
                 w->data = b->pool + (size_t)*next * stride;
                 *next = (*next + 1) % copies;
-                r = m40_cuda_matmul(w, b->x, MAX_IN, b->y, MAX_OUT, batch, b->s);
+                r = batch <= M40_CUDA_MATVEC_MAX_BATCH
+                            ? m40_cuda_matvec(w, b->x, MAX_IN, b->y, MAX_OUT, batch, b->s)
+                            : m40_cuda_mmq(w, 1, b->x, MAX_IN, &b->y, &(size_t){MAX_OUT}, batch,
+                                           false, b->part, PART_BYTES, b->s);
                 if (r < 0)
                         return r;
         }
@@ -98,7 +102,7 @@ static int measure(const struct bufs *b, uint32_t type, uint32_t n_in, uint32_t 
         struct m40_cuda_matrix w = {NULL, type, n_in, n_out, 0};
         uint64_t rb = 0;
         size_t bytes, stride;
-        int copies, next = 0, iters, r;
+        int copies, next = 0, iters = 5, r;
         double ms = 0.0;
 
         if (m40_ggml_row_size(type, n_in, &rb) < 0)
@@ -133,7 +137,7 @@ static int measure(const struct bufs *b, uint32_t type, uint32_t n_in, uint32_t 
         res->n_out = n_out;
         res->type = type;
         res->batch = batch;
-        res->kernel = batch <= M40_CUDA_MATVEC_MAX_BATCH ? "matvec" : "tiled";
+        res->kernel = batch <= M40_CUDA_MATVEC_MAX_BATCH ? "matvec" : "mmq";
         res->us = ms * 1e3 / iters;
         res->gbs = (double)bytes / (res->us * 1e-6) / 1e9;
         res->gflops = 2.0 * n_in * n_out * batch / (res->us * 1e-6) / 1e9;
@@ -147,6 +151,7 @@ static void bufs_free(struct bufs *b)
         cudaFree(b->pool);
         cudaFree(b->x);
         cudaFree(b->y);
+        cudaFree(b->part);
         if (b->e0)
                 cudaEventDestroy(b->e0);
         if (b->e1)
@@ -176,6 +181,7 @@ int bench_matvec_run(struct m40_cuda_device *d, double copy_gbs, struct bench_mv
         if (cudaMalloc((void **)&b.pool, b.pool_bytes) != cudaSuccess ||
             cudaMalloc((void **)&b.x, sizeof(float) * MAX_IN * 64) != cudaSuccess ||
             cudaMalloc((void **)&b.y, sizeof(float) * MAX_OUT * 64) != cudaSuccess ||
+            cudaMalloc((void **)&b.part, PART_BYTES) != cudaSuccess ||
             cudaStreamCreateWithFlags(&b.s, cudaStreamNonBlocking) != cudaSuccess ||
             cudaEventCreate(&b.e0) != cudaSuccess || cudaEventCreate(&b.e1) != cudaSuccess ||
             cudaMemset(b.pool, 0x11, b.pool_bytes) != cudaSuccess ||
@@ -240,7 +246,7 @@ void bench_matvec_text(const struct bench_mv *b, FILE *f)
         }
         for (int k = 1; k < BENCH_MV_BATCHES; k++) {
                 fprintf(f, "\nbatch %u (%s kernel): GFLOP/s (FP32 arithmetic)\n%-6s", batches[k],
-                        batches[k] <= M40_CUDA_MATVEC_MAX_BATCH ? "matvec" : "tiled", "type");
+                        batches[k] <= M40_CUDA_MATVEC_MAX_BATCH ? "matvec" : "mmq", "type");
                 header(f);
                 fprintf(f, "\n");
                 for (int t = 0; t < BENCH_MV_TYPES; t++) {

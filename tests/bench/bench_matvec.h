@@ -14,11 +14,11 @@ struct m40_cuda_device;
 
 #define BENCH_MV_SHAPES  5
 #define BENCH_MV_TYPES   11
-#define BENCH_MV_BATCHES 4
+#define BENCH_MV_BATCHES 5
 
 struct bench_mv_result {
         uint32_t n_in, n_out, type, batch;
-        const char *kernel; /* "matvec" or "tiled": what m40_cuda_matmul() picked */
+        const char *kernel; /* "matvec" (m40_cuda_matvec) or "mmq" (m40_cuda_mmq, split) */
         double us;          /* per call */
         double gbs;         /* weight bytes / time, 1e9 B/s */
         double gflops;      /* 2 n_in n_out batch / time */

@@ -10,7 +10,9 @@
 # and prints per launch: type, grid, time, DRAM and L1 throughput (% of peak), issue
 # slots busy, achieved occupancy, registers, and the stall reasons (warps stalled per
 # issued instruction) that take more than 0.3. Environment: BUILD (default build-gpu),
-# NCU (default ncu on PATH, else /usr/local/cuda/bin/ncu).
+# NCU (default ncu on PATH, else /usr/local/cuda/bin/ncu), KERNEL=mmq to profile the
+# batched kernel instead (k_mmq<T, shape> of the given types at every batch above 8;
+# the FMA pipe's busy share, shared-memory wavefronts and bank conflicts are added).
 set -uo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 1
@@ -31,12 +33,16 @@ metrics+=,l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum
 metrics+=,l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum
 metrics+=,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum
 metrics+=,smsp__inst_executed.sum
+metrics+=,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active
+metrics+=,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum
 stalls="long_scoreboard short_scoreboard lg_throttle mio_throttle wait math_pipe_throttle"
 stalls+=" not_selected selected no_instruction barrier dispatch_stall tex_throttle drain"
 for s in $stalls; do
         metrics+=,smsp__average_warps_issue_stalled_${s}_per_issue_active.ratio
 done
-"$NCU" --csv --kernel-name-base demangled -k "regex:k_matvec<\\(int\\)($alt), \\(int\\)1, .*\\(int\\)0, \\(int\\)[12]>" \
+kre="regex:k_matvec<\\(int\\)($alt), \\(int\\)1, .*\\(int\\)0, \\(int\\)[12]>"
+[ "${KERNEL:-}" = mmq ] && kre="regex:k_mmq<\\(int\\)($alt), "
+"$NCU" --csv --kernel-name-base demangled -k "$kre" \
         --filter-mode per-launch-config --launch-count 1 --metrics "$metrics" \
         "$BUILD/tests/bench/m40-bench" --matvec --iters 2 >"$TMP/ncu.csv" 2>"$TMP/ncu.err" ||
         { tail -20 "$TMP/ncu.err"; exit 1; }
@@ -54,7 +60,10 @@ short = {"gpu__time_duration.sum": "time", "dram__throughput.avg.pct_of_peak_sus
          "launch__registers_per_thread": "regs",
          "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum": "ld_req",
          "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum": "ld_sect",
-         "smsp__inst_executed.sum": "inst"}
+         "smsp__inst_executed.sum": "inst",
+         "sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active": "fma%",
+         "l1tex__data_pipe_lsu_wavefronts_mem_shared.sum": "shared_wf",
+         "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum": "bank_confl"}
 for (i, name, grid), m in k.items():
     out = [name, "grid", grid]
     for full, s in short.items():
