@@ -6,8 +6,8 @@
  * Steps of up to M40_CUDA_MATVEC_MAX_BATCH tokens run the RMSNorms inside the matrix
  * kernels (matvec.h: the residual update leaves x * g and partial sums of squares, the
  * next products add those up and scale their sums).
- * Matrix products of GEMM_MIN_TOKENS tokens or more run as cuBLAS SGEMM on dequantized
- * weight tiles (cuda/gemm.h), smaller ones on the matrix kernels (cuda/matvec.h). The
+ * Larger steps run the batched kernel (matvec.h, m40_cuda_mmq()), and above
+ * FWD_MMQ_MAX_TOKENS tokens cuBLAS SGEMM on dequantized weight tiles (cuda/gemm.h). The
  * weights are loaded as in the file, then re-laid out once on the device into the
  * layout those kernels read (cuda/cuda_weights.h). */
 #include "cuda/cuda_forward.h"
@@ -60,7 +60,9 @@ struct m40_cuda_fwd {
         cudaEvent_t fork, join;
         size_t pf_bytes;
         struct m40_cuda_gemm *gemm; /* the prefill GEMM; NULL when steps are too small */
-        uint16_t *kv;               /* page 0 of the KV pool */
+        float *part;                /* m40_cuda_mmq()'s split partial sums, part_bytes */
+        size_t part_bytes;
+        uint16_t *kv; /* page 0 of the KV pool */
         size_t page_elems, v_off;
         uint32_t max_tokens, max_rows, max_ctx, page_tokens, max_tbl;
         size_t ld_dim, ld_q, ld_kv, ld_ff;
@@ -112,6 +114,8 @@ static int scratch(struct m40_cuda_fwd *f, char *err, size_t errlen)
         f->rms.ldxg = f->ld_dim;
         r = r ? r : m40_cuda_scratch_f32(f->a, f->rms.partial_bytes / 4, &f->rms.partial);
         r = r ? r : m40_cuda_scratch_alloc(f->a, sizeof(unsigned), (void **)&f->rms.count);
+        if (!r && f->part_bytes)
+                r = m40_cuda_scratch_alloc(f->a, f->part_bytes, (void **)&f->part);
         if (!r && f->attn_ws_bytes) { /* its counters start at zero (ops.h) */
                 r = m40_cuda_scratch_alloc(f->a, f->attn_ws_bytes, &f->attn_ws);
                 r = r ? r
@@ -140,15 +144,18 @@ static int scratch(struct m40_cuda_fwd *f, char *err, size_t errlen)
         return r;
 }
 
-/* The fewest tokens of a step whose matrix products take the GEMM (cuda/gemm.h). Per
- * weight and n tokens, the tiled kernel spends 2n FLOP at its rate and the GEMM ~9 bytes
- * of memory traffic (dequantize: read the block, write 4 bytes; SGEMM reads the 4 bytes),
- * worth ~180 FLOP at the ~20 (H100) or ~24 (M40) FLOP per byte of machine balance, plus
- * 2n FLOP at cuBLAS's ~75-80% of peak. m40-bench --matvec measured the tiled kernel at
- * 7-9 TFLOPS on the 8B shapes at 32 and 64 columns (H100: 11-14% of the FP32 peak), so
- * 2n (1/0.12 - 1/0.8) > 180 from n ~ 13 on: steps of 16 tokens and more take the GEMM.
- * (Below that the matrix-vector kernel's column tiles of up to 8 are bandwidth-bound.) */
-#define GEMM_MIN_TOKENS 16
+/* Matrix products of more than M40_CUDA_MATVEC_MAX_BATCH and at most FWD_MMQ_MAX_TOKENS
+ * tokens run on the batched kernel (matvec.h, m40_cuda_mmq(): weight tiles dequantized
+ * into shared memory once per step, FP32 register tiles over the step's columns, k split
+ * over f->part when the tiles are too few to fill the GPU); larger ones as cuBLAS SGEMM
+ * on dequantized weight tiles (cuda/gemm.h), which is then set up. Knob for A/B builds;
+ * RESULTS.md has the measured choice per chunk size. */
+#ifndef FWD_MMQ_MAX_TOKENS
+#define FWD_MMQ_MAX_TOKENS 64
+#endif
+/* The split partial sums' scratch: 16 splits of 64 columns of the widest launch, at
+ * most this much. */
+#define FWD_PART_MAX ((size_t)32 << 20)
 
 /* gemm_tile_bytes - the GEMM's tile scratch: the largest matrix mm() multiplies, whole,
  * at most M40_CUDA_GEMM_SCRATCH_DEFAULT (larger ones are cut into tiles). */
@@ -169,6 +176,22 @@ static uint64_t gemm_tile_bytes(const struct m40_model *m)
                 }
         }
         return b < M40_CUDA_GEMM_SCRATCH_DEFAULT ? b : M40_CUDA_GEMM_SCRATCH_DEFAULT;
+}
+
+/* part_bytes - m40_cuda_mmq()'s partial sums for steps of up to n tokens: 16 splits of
+ * min(n, 64) columns of the widest launch (q, k and v together; gate and up; the output
+ * matrix), at most FWD_PART_MAX; 0 when no step is wider than the matrix-vector kernel. */
+static size_t part_bytes(const struct m40_model *m, uint32_t n)
+{
+        const size_t cols = n < 64 ? n : 64;
+        size_t rows = m->output.n_out, b;
+
+        if (n <= M40_CUDA_MATVEC_MAX_BATCH)
+                return 0;
+        rows = rows > (size_t)m->q_dim + 2 * m->kv_dim ? rows : (size_t)m->q_dim + 2 * m->kv_dim;
+        rows = rows > 2 * (size_t)m->n_ff ? rows : 2 * (size_t)m->n_ff;
+        b = 16 * cols * rows * sizeof(float);
+        return b < FWD_PART_MAX ? b : FWD_PART_MAX;
 }
 
 /* gemm_init - the GEMM's handle, its tile and cuBLAS's workspace from the scratch pool. */
@@ -224,7 +247,9 @@ int m40_cuda_fwd_new(const struct m40_model *m, int device, uint32_t max_tokens,
         f->attn_ws_bytes = m40_cuda_attention_workspace(max_tokens, m->n_heads,
                                                         max_ctx ? max_ctx - 1 : 0, m->head_dim);
         cfg.scratch_bytes += al(f->attn_ws_bytes);
-        if (max_tokens >= GEMM_MIN_TOKENS || max_rows >= GEMM_MIN_TOKENS) {
+        f->part_bytes = part_bytes(m, max_tokens > max_rows ? max_tokens : max_rows);
+        cfg.scratch_bytes += al(f->part_bytes);
+        if (max_tokens > FWD_MMQ_MAX_TOKENS || max_rows > FWD_MMQ_MAX_TOKENS) {
                 gemm_tile = gemm_tile_bytes(m);
                 gemm_ws = m40_cuda_gemm_workspace_bytes(m40_cuda_device_info(f->dev)->cc_major);
                 cfg.scratch_bytes += al(gemm_tile) + al(gemm_ws);
@@ -289,23 +314,35 @@ struct m40_cuda_fwd *m40_cuda_fwd_free(struct m40_cuda_fwd *f)
         return NULL;
 }
 
-/* mm - y (n, w->n_out) = x (n, w->n_in) W^T: the GEMM from GEMM_MIN_TOKENS tokens on,
- * else the matrix kernels in column tiles of their batch limit. */
-static int mm(struct m40_cuda_fwd *f, const struct m40_cuda_matrix *w, const float *x, size_t ldx,
-              float *y, size_t ldy, uint32_t n)
+/* mmq - y[i] (n, w[i].n_out) (+)= x (n, n_in) W[i]^T for the nw matrices of w (same
+ * layout), n > M40_CUDA_MATVEC_MAX_BATCH: the batched kernel in one launch up to
+ * FWD_MMQ_MAX_TOKENS tokens, else the GEMM, one matrix at a time (add: through f->tmp
+ * and an add; nw is then 1). */
+static int mmq(struct m40_cuda_fwd *f, const struct m40_cuda_matrix *w, uint32_t nw, const float *x,
+               size_t ldx, float *const *y, const size_t *ldy, uint32_t n, bool add)
 {
         int r = 0;
 
-        if (n >= GEMM_MIN_TOKENS && f->gemm)
-                return m40_cuda_gemm(f->gemm, w, x, ldx, y, ldy, n, f->stream);
-        for (uint32_t c = 0; c < n && !r; c += M40_CUDA_MATMUL_MAX_BATCH) {
-                const uint32_t b =
-                        n - c < M40_CUDA_MATMUL_MAX_BATCH ? n - c : M40_CUDA_MATMUL_MAX_BATCH;
-
-                r = m40_cuda_matmul(w, x + (size_t)c * ldx, ldx, y + (size_t)c * ldy, ldy, b,
+        if (n <= FWD_MMQ_MAX_TOKENS || !f->gemm)
+                return m40_cuda_mmq(w, nw, x, ldx, y, ldy, n, add, f->part, f->part_bytes,
                                     f->stream);
+        if (add) {
+                r = m40_cuda_gemm(f->gemm, w, x, ldx, f->tmp, f->ld_dim, n, f->stream);
+                return r ? r : m40_cuda_add(y[0], f->tmp, ldy[0], w->n_out, n, f->stream);
         }
+        for (uint32_t i = 0; i < nw && !r; i++)
+                r = m40_cuda_gemm(f->gemm, &w[i], x, ldx, y[i], ldy[i], n, f->stream);
         return r;
+}
+
+/* mm - y (n, w->n_out) = x (n, w->n_in) W^T: the matrix-vector kernel up to its batch
+ * limit, else mmq(). */
+static int mm(struct m40_cuda_fwd *f, const struct m40_cuda_matrix *w, const float *x, size_t ldx,
+              float *y, size_t ldy, uint32_t n)
+{
+        if (n <= M40_CUDA_MATVEC_MAX_BATCH)
+                return m40_cuda_matvec(w, x, ldx, y, ldy, n, f->stream);
+        return mmq(f, w, 1, x, ldx, &y, &ldy, n, false);
 }
 
 /* same_layout - whether the nw matrices of w share type, n_in and row_bytes (what one
@@ -331,6 +368,8 @@ static int mm3(struct m40_cuda_fwd *f, const struct m40_cuda_matrix *w, uint32_t
 
         if (n <= M40_CUDA_MATVEC_MAX_BATCH && same_layout(w, nw))
                 return m40_cuda_matmul_n(w, nw, x, ldx, y, ldy, n, f->stream);
+        if (n > M40_CUDA_MATVEC_MAX_BATCH && same_layout(w, nw))
+                return mmq(f, w, nw, x, ldx, y, ldy, n, false);
         for (uint32_t i = 0; i < nw && !r; i++)
                 r = mm(f, &w[i], x, ldx, y[i], ldy[i], n);
         return r;
@@ -367,20 +406,17 @@ static int mm3_norm(struct m40_cuda_fwd *f, const struct m40_cuda_matrix *w, uin
 
 /* mm_add - the residual stream f->x (n, dim) += x (n, w->n_in) W^T: in the matrix-vector
  * kernel's epilogue for small steps, with the next norm's scales and f->xn = x * next_g
- * (next_g NULL: no next norm in the layers), else through f->tmp and an add. */
+ * (next_g NULL: no next norm in the layers), else mmq()'s adding form. */
 static int mm_add(struct m40_cuda_fwd *f, const struct m40_cuda_matrix *w, const float *x,
                   size_t ldx, uint32_t n, const float *next_g)
 {
-        int r;
-
         if (fused(n)) {
                 struct m40_cuda_rms ro = f->rms;
 
                 ro.g = next_g;
                 return m40_cuda_matvec_add_rms(w, x, ldx, f->x, f->ld_dim, n, &ro, f->stream);
         }
-        r = mm(f, w, x, ldx, f->tmp, f->ld_dim, n);
-        return r ? r : m40_cuda_add(f->x, f->tmp, f->ld_dim, f->m->dim, n, f->stream);
+        return mmq(f, w, 1, x, ldx, (float *const[]){f->x}, (const size_t[]){f->ld_dim}, n, true);
 }
 
 /* ffn_in - f->gate = silu(xn Wg) * (xn Wu) for xn = rmsnorm(f->x) * ffn_norm (f->up:
@@ -644,7 +680,7 @@ int m40_cuda_fwd_run(struct m40_cuda_fwd *f, const struct m40_fwd_tok *toks, uin
         if (cudaMemcpyAsync(f->meta_d, f->meta_h, f->meta_bytes, cudaMemcpyHostToDevice,
                             f->stream) != cudaSuccess)
                 return m40_cuda_launch_status("step upload");
-        if (n < FWD_GRAPH_MAX_TOKENS && (n < GEMM_MIN_TOKENS || !f->gemm) && !f->no_graphs)
+        if (n < FWD_GRAPH_MAX_TOKENS && !f->no_graphs)
                 r = run_graph(f, n, n_rows, (uint32_t)max_pos);
         else
                 r = forward(f, n, n_rows, (uint32_t)max_pos);
