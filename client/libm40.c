@@ -590,6 +590,8 @@ int m40_client_status(struct m40_client *c, struct m40_status *ret_status)
         ret_status->requests = s.requests;
         ret_status->tokens_per_s = isfinite(s.tokens_per_s) ? s.tokens_per_s : 0;
         ret_status->draining = s.draining != 0;
+        ret_status->kv_page_tokens = s.kv_page_tokens;
+        ret_status->kv_page_bytes = s.kv_page_bytes;
         return 0;
 }
 

@@ -1,4 +1,5 @@
-/* status.c - `m40ctl status [--json]`: what m40d is serving and how busy it is. */
+/* status.c - `m40ctl status [--json]`: what m40d is serving and how busy it is, the KV
+ * cache in pages, positions (tokens) and MiB. */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,7 +13,7 @@ static void usage(FILE *f)
         fputs("Usage: m40ctl status [--json] [--socket PATH]\n"
               "\n"
               "Asks m40d for its model, backend, clients, running and queued requests, KV\n"
-              "cache use and generation speed.\n"
+              "cache use (pages, tokens and MiB) and generation speed.\n"
               "\n"
               "  --json         Print one JSON object.\n"
               "  --socket PATH  m40d's socket (default $M40_SOCKET or /run/m40d/m40d.sock).\n"
@@ -30,6 +31,7 @@ int m40ctl_status(int argc, char **argv)
         struct m40_client *cl;
         struct m40_status st;
         const char *sock = NULL;
+        unsigned long long tok_used, tok_total, bytes_used, bytes_total;
         bool json = false;
         int c, r;
 
@@ -59,6 +61,10 @@ int m40ctl_status(int argc, char **argv)
                 fprintf(stderr, "m40ctl status: cannot reach m40d: %s\n", m40_strerror(r));
                 return M40CTL_EXIT_UNREACHABLE;
         }
+        tok_used = (unsigned long long)st.kv_pages_used * st.kv_page_tokens;
+        tok_total = (unsigned long long)st.kv_pages_total * st.kv_page_tokens;
+        bytes_used = (unsigned long long)st.kv_pages_used * st.kv_page_bytes;
+        bytes_total = (unsigned long long)st.kv_pages_total * st.kv_page_bytes;
         if (json) {
                 printf("{\"model\":");
                 m40ctl_json_str(stdout, st.model, strlen(st.model));
@@ -69,12 +75,15 @@ int m40ctl_status(int argc, char **argv)
                 printf(",\"chat_template\":");
                 m40ctl_json_str(stdout, st.chat_template, strlen(st.chat_template));
                 printf(",\"clients\":%u,\"active\":%u,\"queued\":%u,\"max_sequences\":%u,"
-                       "\"kv_pages_used\":%u,\"kv_pages_total\":%u,\"n_ctx\":%u,\"n_vocab\":%u,"
+                       "\"kv_pages_used\":%u,\"kv_pages_total\":%u,\"kv_page_tokens\":%u,"
+                       "\"kv_page_bytes\":%llu,\"kv_tokens_used\":%llu,\"kv_tokens_total\":%llu,"
+                       "\"kv_bytes_used\":%llu,\"kv_bytes_total\":%llu,\"n_ctx\":%u,\"n_vocab\":%u,"
                        "\"requests\":%llu,\"prompt_tokens\":%llu,\"generated_tokens\":%llu,"
                        "\"tokens_per_s\":%.2f,\"draining\":%s}\n",
                        st.clients, st.active, st.queued, st.max_sequences, st.kv_pages_used,
-                       st.kv_pages_total, st.n_ctx, st.n_vocab, (unsigned long long)st.requests,
-                       (unsigned long long)st.prompt_tokens,
+                       st.kv_pages_total, st.kv_page_tokens, (unsigned long long)st.kv_page_bytes,
+                       tok_used, tok_total, bytes_used, bytes_total, st.n_ctx, st.n_vocab,
+                       (unsigned long long)st.requests, (unsigned long long)st.prompt_tokens,
                        (unsigned long long)st.generated_tokens, st.tokens_per_s,
                        st.draining ? "true" : "false");
                 return M40CTL_EXIT_OK;
@@ -85,7 +94,9 @@ int m40ctl_status(int argc, char **argv)
                st.draining ? ", shutting down" : "");
         printf("requests:   %u running (of %u sequences), %u queued, %u clients, %llu served\n",
                st.active, st.max_sequences, st.queued, st.clients, (unsigned long long)st.requests);
-        printf("KV cache:   %u of %u pages used\n", st.kv_pages_used, st.kv_pages_total);
+        printf("KV cache:   %u of %u pages in use (%llu of %llu tokens, %.1f of %.1f MiB)\n",
+               st.kv_pages_used, st.kv_pages_total, tok_used, tok_total, bytes_used / 1048576.0,
+               bytes_total / 1048576.0);
         printf("speed:      %.1f tokens/s generating; %llu prompt and %llu generated tokens\n",
                st.tokens_per_s, (unsigned long long)st.prompt_tokens,
                (unsigned long long)st.generated_tokens);

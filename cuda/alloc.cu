@@ -111,6 +111,11 @@ static int check_config(const struct m40_cuda_alloc_config *c, char *err, size_t
                 set_err(err, errlen, "KV page count above the limit %u", M40_CUDA_KV_PAGES_MAX);
                 return -EINVAL;
         }
+        if (!c->kv_pages && c->kv_pages_max && c->kv_pages_min > c->kv_pages_max) {
+                set_err(err, errlen, "kv_pages_min %u is above kv_pages_max %u", c->kv_pages_min,
+                        c->kv_pages_max);
+                return -EINVAL;
+        }
         if (c->kv_page_bytes == 0 && (c->kv_pages || c->kv_pages_min)) {
                 set_err(err, errlen, "KV pages asked for with kv_page_bytes 0");
                 return -EINVAL;
@@ -123,18 +128,33 @@ static int check_config(const struct m40_cuda_alloc_config *c, char *err, size_t
         return 0;
 }
 
-extern "C" int m40_cuda_alloc_plan(struct m40_cuda_device *dev,
-                                   const struct m40_cuda_alloc_config *cfg,
-                                   struct m40_cuda_alloc_plan *plan, char *err, size_t errlen)
+/* The pages a filling KV pool gets: every page p->fill leaves room for beside fixed
+ * bytes, at most kv_pages_max (and M40_CUDA_KV_PAGES_MAX), at least kv_pages_min. */
+static uint32_t fill_pages(const struct m40_cuda_alloc_plan *p,
+                           const struct m40_cuda_alloc_config *cfg, uint64_t fixed)
 {
-        const struct m40_cuda_device_info *info = m40_cuda_device_info(dev);
+        uint64_t room = p->fill > fixed ? (p->fill - fixed) / p->kv_page_bytes : 0;
+        uint64_t max = cfg->kv_pages_max;
+
+        if (max == 0 || max > M40_CUDA_KV_PAGES_MAX)
+                max = M40_CUDA_KV_PAGES_MAX;
+        if (room > max)
+                room = max;
+        if (room < cfg->kv_pages_min)
+                room = cfg->kv_pages_min;
+        return (uint32_t)room;
+}
+
+extern "C" int m40_cuda_alloc_plan_mem(uint64_t free_mem, uint64_t total_mem,
+                                       const struct m40_cuda_alloc_config *cfg,
+                                       struct m40_cuda_alloc_plan *plan, char *err, size_t errlen)
+{
+        const uint64_t both = M40_CUDA_ALLOC_HEADROOM + M40_CUDA_ALLOC_FILL_HEADROOM;
         struct m40_cuda_alloc_plan p;
-        size_t free_b = 0, total_b = 0;
-        uint64_t fixed, room;
-        cudaError_t e;
+        uint64_t fixed;
         int r;
 
-        if (!info || !cfg || !plan)
+        if (!cfg || !plan)
                 return -EINVAL;
         r = check_config(cfg, err, errlen);
         if (r < 0)
@@ -151,13 +171,8 @@ extern "C" int m40_cuda_alloc_plan(struct m40_cuda_device *dev,
                 return -EOVERFLOW;
         }
 
-        e = cudaSetDevice(info->ordinal);
-        if (e == cudaSuccess)
-                e = cudaMemGetInfo(&free_b, &total_b);
-        if (e != cudaSuccess)
-                return cuda_fail(e, err, errlen, "Failed to read the GPU's free memory");
-        p.free_mem = free_b;
-        p.total_mem = total_b;
+        p.free_mem = free_mem;
+        p.total_mem = total_mem;
         p.limit = cfg->vram_limit_mb << 20;
         p.available =
                 p.free_mem > M40_CUDA_ALLOC_HEADROOM ? p.free_mem - M40_CUDA_ALLOC_HEADROOM : 0;
@@ -172,12 +187,10 @@ extern "C" int m40_cuda_alloc_plan(struct m40_cuda_device *dev,
         if (cfg->kv_pages) {
                 p.kv_pages = cfg->kv_pages;
         } else if (p.kv_page_bytes) {
-                /* Fill: every page the limit leaves room for, capped. */
-                room = p.available > fixed ? p.available - fixed : 0;
-                room /= p.kv_page_bytes;
-                p.kv_pages = room > M40_CUDA_KV_PAGES_MAX ? M40_CUDA_KV_PAGES_MAX : (uint32_t)room;
-                if (p.kv_pages < cfg->kv_pages_min)
-                        p.kv_pages = cfg->kv_pages_min;
+                p.fill = p.free_mem > both ? p.free_mem - both : 0;
+                if (p.limit && p.limit < p.fill)
+                        p.fill = p.limit;
+                p.kv_pages = fill_pages(&p, cfg, fixed);
         }
         if (p.kv_pages && p.kv_page_bytes > UINT64_MAX / p.kv_pages) {
                 set_err(err, errlen, "allocation sizes overflow");
@@ -199,6 +212,28 @@ extern "C" int m40_cuda_alloc_plan(struct m40_cuda_device *dev,
                 return -EINVAL;
         }
         return 0;
+}
+
+extern "C" int m40_cuda_alloc_plan(struct m40_cuda_device *dev,
+                                   const struct m40_cuda_alloc_config *cfg,
+                                   struct m40_cuda_alloc_plan *plan, char *err, size_t errlen)
+{
+        const struct m40_cuda_device_info *info = m40_cuda_device_info(dev);
+        size_t free_b = 0, total_b = 0;
+        cudaError_t e;
+        int r;
+
+        if (!info || !cfg || !plan)
+                return -EINVAL;
+        r = check_config(cfg, err, errlen);
+        if (r < 0)
+                return r;
+        e = cudaSetDevice(info->ordinal);
+        if (e == cudaSuccess)
+                e = cudaMemGetInfo(&free_b, &total_b);
+        if (e != cudaSuccess)
+                return cuda_fail(e, err, errlen, "Failed to read the GPU's free memory");
+        return m40_cuda_alloc_plan_mem(free_b, total_b, cfg, plan, err, errlen);
 }
 
 static void bump_init(struct bump *b, uint8_t *base, uint64_t capacity)

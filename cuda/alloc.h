@@ -16,7 +16,11 @@
  * vram_limit_mb: a 80 GB GPU told vram_limit_mb = 24576 behaves like a 24 GB
  * Tesla M40 (22528 or 11264 give the usable memory of a 24 GB or 12 GB M40 whose
  * context already took its share). A model that does not fit fails with a message
- * naming what it needs, pool by pool, and what is available.
+ * naming what it needs, pool by pool, and what is available. A KV pool sized to fill
+ * what is left (kv_pages 0) leaves a second headroom free as well, for the device
+ * memory the process takes after the arena (kernel code loaded at first launch,
+ * cuBLAS's handle, streams, a larger local-memory reservation), and stops at
+ * kv_pages_max.
  *
  * Errors: 0 or -errno (-EINVAL, -ENOMEM, -EOVERFLOW) or M40_ECUDA; functions with
  * `char *err, size_t errlen` write a one-line message there (err may be NULL). Nothing
@@ -43,15 +47,24 @@ struct m40_cuda_device;
 #define M40_CUDA_ALLOC_HEADROOM ((uint64_t)256 << 20) /* left free for the CUDA runtime */
 #define M40_CUDA_KV_PAGES_MAX   (1u << 24)            /* most pages one pool holds */
 #define M40_CUDA_STAGING_MAX    64u                   /* most staging buffers */
+/* Also left free when the KV pool fills the rest (kv_pages 0): what the process
+ * allocates on the device after the arena. Not taken out of vram_limit_mb when the
+ * limit is below the free memory less both headrooms (the GPU has room beside it). */
+#define M40_CUDA_ALLOC_FILL_HEADROOM ((uint64_t)256 << 20)
 
 /* What to allocate. Sizes are bytes; each pool is rounded up to M40_CUDA_ALLOC_ALIGN. */
 struct m40_cuda_alloc_config {
         uint64_t weight_bytes;  /* capacity of the weights pool */
         uint64_t scratch_bytes; /* capacity of the scratch pool */
         uint64_t kv_page_bytes; /* bytes of one KV page (rounded up); 0: no KV pool */
-        uint32_t kv_pages;      /* pages; 0: as many as the limit leaves room for, but
-                                 * at least kv_pages_min (at most M40_CUDA_KV_PAGES_MAX) */
+        uint32_t kv_pages;      /* pages; 0: as many as the limit leaves room for after
+                                 * M40_CUDA_ALLOC_FILL_HEADROOM, at most kv_pages_max,
+                                 * at least kv_pages_min */
         uint32_t kv_pages_min;  /* the fewest pages the model is usable with */
+        uint32_t kv_pages_max;  /* with kv_pages 0, the most pages worth having (e.g.
+                                 * every sequence at the full context); 0 or above
+                                 * M40_CUDA_KV_PAGES_MAX: M40_CUDA_KV_PAGES_MAX. Below
+                                 * kv_pages_min is an error */
         uint64_t staging_bytes; /* bytes of each pinned staging buffer (rounded up to
                                  * M40_CUDA_STAGING_ALIGN); 0: no staging */
         uint32_t staging_count; /* staging buffers, at most M40_CUDA_STAGING_MAX */
@@ -64,8 +77,11 @@ struct m40_cuda_alloc_plan {
         uint64_t weight_bytes, scratch_bytes, kv_bytes; /* per pool, rounded */
         uint64_t kv_page_bytes;
         uint32_t kv_pages;
-        uint64_t needed;    /* weights + scratch + kv (kv with kv_pages_min when filling) */
+        uint64_t needed;    /* weights + scratch + kv */
         uint64_t available; /* min(free - headroom, vram limit) */
+        /* What a filling KV pool sized itself from: min(free - both headrooms, vram
+         * limit); 0 when not filling. */
+        uint64_t fill;
         uint64_t free_mem, total_mem, limit; /* what the GPU reported; limit 0 = none */
 };
 
@@ -93,6 +109,13 @@ struct m40_cuda_alloc;
  * M40_ECUDA when the GPU's free memory cannot be read. Allocates nothing. */
 int m40_cuda_alloc_plan(struct m40_cuda_device *dev, const struct m40_cuda_alloc_config *cfg,
                         struct m40_cuda_alloc_plan *plan, char *err, size_t errlen);
+
+/* m40_cuda_alloc_plan_mem - m40_cuda_alloc_plan() for a GPU that reports free_mem bytes
+ * free of total_mem: the same sizes, checks, returns and messages (but no M40_ECUDA),
+ * with no GPU needed. */
+int m40_cuda_alloc_plan_mem(uint64_t free_mem, uint64_t total_mem,
+                            const struct m40_cuda_alloc_config *cfg,
+                            struct m40_cuda_alloc_plan *plan, char *err, size_t errlen);
 
 /* m40_cuda_alloc_new - plan, then take the arena (one cudaMalloc) and pin the staging
  * buffers on dev. Returns 0 and a new allocator in *ret (free it with

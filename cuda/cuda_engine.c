@@ -1,9 +1,10 @@
 /* cuda/cuda_engine.c - the per-op CUDA engine behind the engine interface (see
  * cuda_engine.h).
  *
- * Owns the step scheduler (decode tokens first, then prompt chunks up to
- * max_batch_tokens, all in one forward pass), the statistics counters and the defaults of
- * the limits: the CPU engine's semantics (cpu_engine.c), line for line. The sequence
+ * Owns the step (the CPU engine's plan, daemon/engine/plan.c: decode tokens first, then
+ * prompt chunks, all in one forward pass), the statistics counters and the defaults of
+ * the limits: the CPU engine's semantics (cpu_engine.c), line for line, but the KV cache,
+ * which by default the allocator sizes from the GPU's free memory. The sequence
  * slots, admission, stop conditions and the event queue are the CPU engine's seqs.c (shared
  * with it). The device work is in cuda_forward.c; KV page accounting is the CPU
  * engine's kv.c. Sampling runs on the device for every row (cuda/sample.h: the CPU
@@ -31,10 +32,9 @@
 #include "engine/forward.h"
 #include "engine/kv.h"
 #include "engine/model.h"
+#include "engine/plan.h"
 #include "engine/seqs.h"
 #include "m40/error.h"
-
-#define DEFAULT_KV_BYTES (512ull << 20)
 
 struct cuda_engine {
         struct m40_engine base;
@@ -53,15 +53,11 @@ struct cuda_engine {
         uint32_t *hist_n; /* (max_seqs) how many of the slot's tokens hist_d holds */
         void *swork;      /* device: m40_cuda_sample_work_bytes(n_vocab, max_seqs) */
         struct m40_seq_events evq;
+        struct m40_plan plan; /* over seqs, lim, pages, evq and batch */
         uint32_t next_id;
         uint64_t next_order;
         struct m40_engine_stats st;
 };
-
-static inline uint32_t min_u32(uint32_t a, uint32_t b)
-{
-        return a < b ? a : b;
-}
 
 static double now_s(void)
 {
@@ -170,90 +166,27 @@ static int sample_run(struct cuda_engine *e, uint32_t rows)
         return r;
 }
 
-/* plan - add s's next tokens (up to *budget) to the batch; false when s needs nothing. */
-static int plan(struct cuda_engine *e, struct m40_seq *s, uint32_t *n, uint32_t *rows)
-{
-        const uint32_t pending = s->n_toks - s->n_past;
-        const uint32_t budget = e->lim.max_batch_tokens - *n;
-        const uint32_t take = pending < budget ? pending : budget;
-        int r;
-
-        s->row = -1;
-        if (!take)
-                return 0;
-        r = m40_kv_table_reserve(e->pages, &s->kv, s->n_past + take);
-        if (r == -ENOSPC) {
-                m40_seq_finish(e->pages, s);
-                return m40_seq_events_push(&e->evq, s, -1, M40_FINISH_KV);
-        }
-        if (r)
-                return r;
-        for (uint32_t i = 0; i < take; i++) {
-                e->batch[*n + i] = (struct m40_fwd_tok){
-                        .token = s->toks[s->n_past + i],
-                        .pos = s->n_past + i,
-                        .kv = &s->kv,
-                        .logit_row = -1,
-                };
-        }
-        *n += take;
-        e->st.prompt_tokens +=
-                min_u32(s->n_past + take, s->n_prompt) - min_u32(s->n_past, s->n_prompt);
-        s->n_past += take;
-        if (s->n_past == s->n_toks) {
-                s->row = (int32_t)(*rows)++;
-                e->batch[*n - 1].logit_row = s->row;
-        }
-        return 0;
-}
-
 static int cuda_step(struct m40_engine *base)
 {
         struct cuda_engine *e = (struct cuda_engine *)base;
         const double t0 = now_s();
-        uint32_t n = 0, rows = 0, active = 0;
-        int r = 0;
+        struct m40_plan_step ps;
+        uint32_t active = 0;
+        int r = m40_plan_step(&e->plan, &ps);
 
-        /* decode tokens first, then prompts in admission order */
-        for (uint32_t i = 0; i < e->lim.max_seqs && !r; i++) {
-                struct m40_seq *s = &e->seqs[i];
-
-                s->row = -1;
-                s->prev_past = s->n_past;
-                if (m40_seq_runnable(s) && s->n_toks - s->n_past == 1 && s->n_past)
-                        r = plan(e, s, &n, &rows);
-        }
-        for (;;) {
-                struct m40_seq *best = NULL;
-
-                for (uint32_t i = 0; i < e->lim.max_seqs; i++) {
-                        struct m40_seq *s = &e->seqs[i];
-
-                        if (m40_seq_runnable(s) && s->row < 0 && s->n_toks > s->n_past &&
-                            (!best || s->order < best->order))
-                                best = s;
-                }
-                if (!best || n == e->lim.max_batch_tokens || r)
-                        break;
-                r = plan(e, best, &n, &rows);
-                if (best->row < 0 && best->state == M40_SEQ_ACTIVE)
-                        break; /* budget exhausted mid-prompt */
-        }
         if (r)
                 return r;
-        if (rows)
-                r = sample_prepare(e, rows);
-        if (!r && n)
-                r = m40_cuda_fwd_run(e->fwd, e->batch, n, rows, NULL, NULL);
-        if (!r && rows)
-                r = sample_run(e, rows);
+        if (ps.n_rows)
+                r = sample_prepare(e, ps.n_rows);
+        if (!r && ps.n_tokens)
+                r = m40_cuda_fwd_run(e->fwd, e->batch, ps.n_tokens, ps.n_rows, NULL, NULL);
+        if (!r && ps.n_rows)
+                r = sample_run(e, ps.n_rows);
         if (r) {
-                /* the step did not happen: give the planned tokens back */
-                for (uint32_t i = 0; i < e->lim.max_seqs; i++)
-                        if (e->seqs[i].state == M40_SEQ_ACTIVE)
-                                e->seqs[i].n_past = e->seqs[i].prev_past;
+                m40_plan_undo(&e->plan); /* the step did not happen */
                 return r;
         }
+        e->st.prompt_tokens += ps.n_prompt;
         for (uint32_t i = 0; i < e->lim.max_seqs && !r; i++) {
                 struct m40_seq *s = &e->seqs[i];
 
@@ -261,9 +194,9 @@ static int cuda_step(struct m40_engine *base)
                         r = produce(e, s);
         }
         active = m40_seq_count_active(e->seqs, e->lim.max_seqs);
-        if (n) {
+        if (ps.n_tokens) {
                 e->st.steps++;
-                if (rows)
+                if (ps.n_rows)
                         e->st.decode_seconds += now_s() - t0;
                 else
                         e->st.prompt_seconds += now_s() - t0;
@@ -393,11 +326,10 @@ static int sample_init(struct cuda_engine *e)
         return r;
 }
 
-/* fill_limits - resolve the defaults of lim for model m. */
+/* fill_limits - resolve the defaults of lim for model m; kv_bytes 0 stays 0 (the
+ * allocator sizes the KV cache from the device). */
 static void fill_limits(struct m40_engine_limits *lim, const struct m40_model *m)
 {
-        uint64_t page_bytes, full;
-
         if (!lim->max_seqs)
                 lim->max_seqs = 16;
         if (!lim->max_ctx)
@@ -408,16 +340,6 @@ static void fill_limits(struct m40_engine_limits *lim, const struct m40_model *m
                 lim->max_batch_tokens = 256;
         if (lim->act == M40_ACT_DEFAULT)
                 lim->act = M40_ACT_F32;
-        page_bytes = 2ull * 2 * m->n_layers * lim->page_tokens * m->kv_dim;
-        full = page_bytes * lim->max_seqs *
-               ((lim->max_ctx + lim->page_tokens - 1) / lim->page_tokens);
-        if (!lim->kv_bytes) {
-                lim->kv_bytes = full < DEFAULT_KV_BYTES ? full : DEFAULT_KV_BYTES;
-                if (lim->kv_bytes <
-                    page_bytes * ((lim->max_ctx + lim->page_tokens - 1) / lim->page_tokens))
-                        lim->kv_bytes = page_bytes *
-                                        ((lim->max_ctx + lim->page_tokens - 1) / lim->page_tokens);
-        }
 }
 
 /* The loader's callbacks, passed on to the limits' load_progress and load_note. */
@@ -442,6 +364,7 @@ int m40_cuda_engine_new(const char *path, const struct m40_engine_limits *lim, i
 {
         struct cuda_engine *e = calloc(1, sizeof(*e));
         struct m40_cuda_load_opts load = {0};
+        struct m40_cuda_alloc_stats as;
         uint64_t page_bytes, n_pages;
         int r;
 
@@ -471,7 +394,7 @@ int m40_cuda_engine_new(const char *path, const struct m40_engine_limits *lim, i
                 goto out_free;
         fill_limits(&e->lim, e->m);
         page_bytes = 2ull * 2 * e->m->n_layers * e->lim.page_tokens * e->m->kv_dim;
-        n_pages = e->lim.kv_bytes / page_bytes;
+        n_pages = e->lim.kv_bytes / page_bytes; /* 0 with kv_bytes 0: sized by the allocator */
         r = -EINVAL;
         if (e->lim.max_ctx - 1 > M40_CUDA_ATTN_MAX_POS) { /* positions are 31-bit */
                 if (err)
@@ -486,7 +409,7 @@ int m40_cuda_engine_new(const char *path, const struct m40_engine_limits *lim, i
                                  e->m->head_dim, M40_CUDA_MAX_HEAD_DIM);
                 goto out_free;
         }
-        if (n_pages == 0 || n_pages > UINT32_MAX) {
+        if (e->lim.kv_bytes && (n_pages == 0 || n_pages > UINT32_MAX)) {
                 if (err)
                         snprintf(err, errlen, "%s: KV memory of %llu bytes holds no page", path,
                                  (unsigned long long)e->lim.kv_bytes);
@@ -497,7 +420,9 @@ int m40_cuda_engine_new(const char *path, const struct m40_engine_limits *lim, i
                              sample_scratch_bytes(e), &load, &e->fwd, err, errlen);
         if (r)
                 goto out_free;
-        r = m40_kv_pages_new((uint32_t)n_pages, e->lim.page_tokens, &e->pages);
+        m40_cuda_alloc_stats(m40_cuda_fwd_alloc(e->fwd), &as);
+        e->lim.kv_bytes = (uint64_t)as.kv_pages * page_bytes;
+        r = m40_kv_pages_new(as.kv_pages, e->lim.page_tokens, &e->pages);
         if (r)
                 goto out_err;
         e->seqs = calloc(e->lim.max_seqs, sizeof(*e->seqs));
@@ -510,6 +435,7 @@ int m40_cuda_engine_new(const char *path, const struct m40_engine_limits *lim, i
                 r = -ENOMEM;
                 goto out_err;
         }
+        e->plan = (struct m40_plan){e->seqs, &e->lim, e->pages, &e->evq, e->batch};
         r = sample_init(e);
         if (r) {
                 if (err)

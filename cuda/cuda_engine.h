@@ -2,8 +2,9 @@
  *
  * Owns nothing beyond its constructor: the engine it returns is used only through the
  * m40_engine_* functions of daemon/engine/engine.h and freed with m40_engine_free().
- * It has the CPU engine's semantics (slots, decode-first scheduling, prompts chunked by
- * max_batch_tokens, events, stop conditions, paged KV accounting of kv.h) and computes the
+ * It has the CPU engine's semantics (slots, the step policy of engine.h through the
+ * same planner, daemon/engine/plan.c: decode first, prompts chunked by prefill_chunk and
+ * max_batch_tokens; events, stop conditions, paged KV accounting of kv.h) and computes the
  * CPU engine's M40_ACT_F32 specification with one kernel launch per op, so greedy
  * continuations match the CPU engine run with M40_ACT_F32 and logits agree to FP32
  * rounding. Every logits row is sampled on the device by cuda/sample.h, the chain of
@@ -26,8 +27,12 @@ extern "C" {
  * the first GPU) and return an engine in *ret (free it with m40_engine_free()).
  *
  * lim may be NULL; every field 0 means the CPU engine's default (16 slots, max_ctx
- * min(train ctx, 4096), page_tokens 16, max_batch_tokens 256, KV memory up to 512 MiB
- * but at least one full context); n_threads is ignored; act 0 (default) and M40_ACT_F32
+ * min(train ctx, 4096), page_tokens 16, max_batch_tokens 256) but kv_bytes: 0 sizes the
+ * KV cache from the device, every page the GPU's free memory (or vram_limit_mb) leaves
+ * room for after the weights, the scratch and the allocator's headrooms (cuda/alloc.h:
+ * M40_CUDA_ALLOC_HEADROOM + M40_CUDA_ALLOC_FILL_HEADROOM), at most enough for max_seqs
+ * sequences at max_ctx and at least for one (m40_engine_stats() tells how many pages it
+ * got); n_threads is ignored; act 0 (default) and M40_ACT_F32
  * both mean float32 activations; M40_ACT_GGML gives M40_EUNSUPPORTED. max_ctx - 1 must
  * be at most M40_CUDA_ATTN_MAX_POS and head_dim at most 512. All device memory (the
  * weights, KV pages, activations for max_batch_tokens tokens, max_seqs logits rows) is

@@ -255,8 +255,9 @@ int m40_cuda_fwd_new(const struct m40_model *m, int device, uint32_t max_tokens,
                 cfg.scratch_bytes += al(gemm_tile) + al(gemm_ws);
         }
         cfg.kv_page_bytes = 2ull * 2 * m->n_layers * page_tokens * m->kv_dim;
-        cfg.kv_pages = n_pages;
-        cfg.kv_pages_min = n_pages;
+        cfg.kv_pages = n_pages; /* 0: fill, from one row's full context up to every row's */
+        cfg.kv_pages_min = n_pages ? n_pages : (max_ctx + page_tokens - 1) / page_tokens;
+        cfg.kv_pages_max = n_pages ? n_pages : f->max_tbl;
         cfg.staging_bytes = 8u << 20;
         cfg.staging_count = 2;
         cfg.vram_limit_mb = vram_limit_mb;

@@ -21,7 +21,10 @@ struct CUstream_st;
 
 /* m40_cuda_fwd_new - put model m on GPU `device` with room for max_tokens tokens per
  * pass, max_rows logits rows, max_ctx positions, n_pages KV pages of page_tokens
- * positions (page_tokens * n_layers * kv_dim * 2 f16 each); vram_limit_mb as
+ * positions (page_tokens * n_layers * kv_dim * 2 f16 each; n_pages 0: as many as the
+ * free memory leaves room for, struct m40_cuda_alloc_config's kv_pages 0, at least
+ * ceil(max_ctx / page_tokens) and at most max_rows times that; the pool's
+ * m40_cuda_alloc_stats() say how many it got); vram_limit_mb as
  * struct m40_cuda_alloc_config (0: none); extra_scratch more bytes of scratch for the
  * caller to take from m40_cuda_fwd_alloc() (each block rounded up to
  * M40_CUDA_ALLOC_ALIGN); load: how the weights are read (progress and note callbacks;

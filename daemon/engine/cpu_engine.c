@@ -1,11 +1,12 @@
 /* cpu_engine.c - the CPU reference engine behind the engine interface (see engine.h).
  *
- * Owns the step scheduler (decode tokens first, then prompt chunks up to
- * max_batch_tokens, all in one forward pass; held sequences sit out), the statistics
+ * Owns the step (the plan of plan.c, shared with the CUDA engine: decode tokens first,
+ * then prompt chunks, all in one forward pass; held sequences sit out), the statistics
  * counters and the resolution of the limits' defaults (activation mode M40_ACT_GGML unless
- * M40_ACT_F32 is asked for; vram_limit_mb does not apply). The sequence slots, admission,
- * stop conditions and the event queue are in seqs.c, the math in forward.c, the KV page
- * accounting in kv.c, sampling in sampler.c. */
+ * M40_ACT_F32 is asked for; a KV cache of at most M40_CPU_ENGINE_KV_DEFAULT_MIB, bounded
+ * because host memory is shared with everything else; vram_limit_mb does not apply).
+ * The sequence slots, admission, stop conditions and the event queue are in seqs.c, the
+ * math in forward.c, the KV page accounting in kv.c, sampling in sampler.c. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,11 +19,12 @@
 #include "kv.h"
 #include "m40/error.h"
 #include "model.h"
+#include "plan.h"
 #include "pool.h"
 #include "sampler.h"
 #include "seqs.h"
 
-#define DEFAULT_KV_BYTES (512ull << 20)
+#define DEFAULT_KV_BYTES ((uint64_t)M40_CPU_ENGINE_KV_DEFAULT_MIB << 20)
 
 struct cpu_engine {
         struct m40_engine base;
@@ -36,15 +38,11 @@ struct cpu_engine {
         float *logits;             /* (max_seqs, n_vocab) */
         struct m40_sampler_scratch scratch;
         struct m40_seq_events evq;
+        struct m40_plan plan; /* over seqs, lim, pages, evq and batch */
         uint32_t next_id;
         uint64_t next_order;
         struct m40_engine_stats st;
 };
-
-static inline uint32_t min_u32(uint32_t a, uint32_t b)
-{
-        return a < b ? a : b;
-}
 
 static double now_s(void)
 {
@@ -85,78 +83,19 @@ static int produce(struct cpu_engine *e, struct m40_seq *s)
         return m40_seq_events_push(&e->evq, s, tok, why);
 }
 
-/* plan - add s's next tokens (up to *budget) to the batch; false when s needs nothing. */
-static int plan(struct cpu_engine *e, struct m40_seq *s, uint32_t *n, uint32_t *rows)
-{
-        const uint32_t pending = s->n_toks - s->n_past;
-        const uint32_t budget = e->lim.max_batch_tokens - *n;
-        const uint32_t take = pending < budget ? pending : budget;
-        int r;
-
-        s->row = -1;
-        if (!take)
-                return 0;
-        r = m40_kv_table_reserve(e->pages, &s->kv, s->n_past + take);
-        if (r == -ENOSPC) {
-                m40_seq_finish(e->pages, s);
-                return m40_seq_events_push(&e->evq, s, -1, M40_FINISH_KV);
-        }
-        if (r)
-                return r;
-        for (uint32_t i = 0; i < take; i++) {
-                e->batch[*n + i] = (struct m40_fwd_tok){
-                        .token = s->toks[s->n_past + i],
-                        .pos = s->n_past + i,
-                        .kv = &s->kv,
-                        .logit_row = -1,
-                };
-        }
-        *n += take;
-        e->st.prompt_tokens +=
-                min_u32(s->n_past + take, s->n_prompt) - min_u32(s->n_past, s->n_prompt);
-        s->n_past += take;
-        if (s->n_past == s->n_toks) {
-                s->row = (int32_t)(*rows)++;
-                e->batch[*n - 1].logit_row = s->row;
-        }
-        return 0;
-}
-
 static int cpu_step(struct m40_engine *base)
 {
         struct cpu_engine *e = (struct cpu_engine *)base;
         const double t0 = now_s();
-        uint32_t n = 0, rows = 0, active = 0;
-        int r = 0;
+        struct m40_plan_step ps;
+        uint32_t active = 0;
+        int r = m40_plan_step(&e->plan, &ps);
 
-        /* decode tokens first, then prompts in admission order */
-        for (uint32_t i = 0; i < e->lim.max_seqs && !r; i++) {
-                struct m40_seq *s = &e->seqs[i];
-
-                s->row = -1;
-                if (m40_seq_runnable(s) && s->n_toks - s->n_past == 1 && s->n_past)
-                        r = plan(e, s, &n, &rows);
-        }
-        for (;;) {
-                struct m40_seq *best = NULL;
-
-                for (uint32_t i = 0; i < e->lim.max_seqs; i++) {
-                        struct m40_seq *s = &e->seqs[i];
-
-                        if (m40_seq_runnable(s) && s->row < 0 && s->n_toks > s->n_past &&
-                            (!best || s->order < best->order))
-                                best = s;
-                }
-                if (!best || n == e->lim.max_batch_tokens || r)
-                        break;
-                r = plan(e, best, &n, &rows);
-                if (best->row < 0 && best->state == M40_SEQ_ACTIVE)
-                        break; /* budget exhausted mid-prompt */
-        }
         if (r)
                 return r;
-        if (n)
-                m40_fwd_run(&e->fwd, e->batch, n, e->logits);
+        e->st.prompt_tokens += ps.n_prompt;
+        if (ps.n_tokens)
+                m40_fwd_run(&e->fwd, e->batch, ps.n_tokens, e->logits);
         for (uint32_t i = 0; i < e->lim.max_seqs && !r; i++) {
                 struct m40_seq *s = &e->seqs[i];
 
@@ -164,9 +103,9 @@ static int cpu_step(struct m40_engine *base)
                         r = produce(e, s);
         }
         active = m40_seq_count_active(e->seqs, e->lim.max_seqs);
-        if (n) {
+        if (ps.n_tokens) {
                 e->st.steps++;
-                if (rows)
+                if (ps.n_rows)
                         e->st.decode_seconds += now_s() - t0;
                 else
                         e->st.prompt_seconds += now_s() - t0;
@@ -335,6 +274,7 @@ int m40_cpu_engine_new(const char *path, const struct m40_engine_limits *lim,
                 r = -ENOMEM;
                 goto out_err;
         }
+        e->plan = (struct m40_plan){e->seqs, &e->lim, e->pages, &e->evq, e->batch};
         *ret = &e->base;
         return 0;
 out_err:

@@ -4,9 +4,9 @@
  * An engine owns one loaded model, a set of sequence slots and a paged KV cache. The
  * caller admits sequences (prompt token ids, sampling parameters, stop conditions), calls
  * m40_engine_step() repeatedly (each step advances every active sequence by one token;
- * a sequence whose prompt is pending is prefilled in the same step, in chunks when long;
- * a sequence the caller holds, m40_engine_hold(), waits) and drains events (token ids,
- * finish reasons, usage counts). Every engine (the CPU
+ * a sequence whose prompt is pending is prefilled in the same step, in chunks when long,
+ * by the step policy below; a sequence the caller holds, m40_engine_hold(), waits) and
+ * drains events (token ids, finish reasons, usage counts). Every engine (the CPU
  * reference, the per-op CUDA engine, the persistent kernel) implements struct
  * m40_engine_ops; callers use only the m40_engine_* functions. One thread drives an
  * engine at a time; engines do not print. */
@@ -95,12 +95,36 @@ enum m40_act {
         M40_ACT_GGML = 2,
 };
 
+/* The step policy (every engine; the planner is daemon/engine/plan.c). One step is one
+ * forward pass of at most max_batch_tokens tokens. It carries first the next token of
+ * every running (decoding, not held) sequence, then prompt tokens, oldest admission
+ * first: while the step carries a decode token, at most prefill_chunk of them in all, so
+ * that running sequences keep a token every step while long prompts arrive; while it
+ * carries none (nothing decodes), up to max_batch_tokens. A prompt longer than what the
+ * step has left is cut there and continues from the cut in the next step; how a prompt is
+ * cut never changes its tokens (a token's results depend only on its own sequence). A
+ * smaller prefill_chunk makes decode steps cheaper and delays new prompts' first tokens.
+ * prefill_chunk 0 is M40_PREFILL_CHUNK_DEFAULT; values above max_batch_tokens act as
+ * max_batch_tokens (prompts then take all the room a step has, as when nothing decodes).
+ * The default is the measured knee of that trade-off (m40-serve-bench --mixed; the
+ * figures are in tests/bench/RESULTS.md). */
+#define M40_PREFILL_CHUNK_DEFAULT 32u
+
+/* The CPU engine's default KV cache (m40_engine_limits.kv_bytes 0), in MiB: at most this,
+ * fewer when max_seqs sequences at max_ctx need less, more when one needs more. */
+#define M40_CPU_ENGINE_KV_DEFAULT_MIB 512u
+
+/* The engine's limits. kv_bytes 0 is the engine's default KV cache, at most enough for
+ * max_seqs sequences at max_ctx and at least for one: the CPU engine takes up to
+ * M40_CPU_ENGINE_KV_DEFAULT_MIB, the CUDA engine what the GPU has free after the weights
+ * and scratch (cuda/cuda_engine.h); m40_engine_stats() tells what it got. */
 struct m40_engine_limits {
         uint32_t max_seqs;         /* sequence slots; default 16 */
         uint32_t max_ctx;          /* positions per sequence; default min(train ctx, 4096) */
-        uint64_t kv_bytes;         /* KV memory; default enough for max_seqs * max_ctx */
+        uint64_t kv_bytes;         /* KV cache memory; 0: the engine's default (above) */
         uint32_t page_tokens;      /* positions per KV page; default 16 */
         uint32_t max_batch_tokens; /* tokens per forward pass (prefill chunk); default 256 */
+        uint32_t prefill_chunk;    /* prompt tokens beside decode tokens (step policy above) */
         uint32_t n_threads;        /* CPU engine threads; default: online CPUs */
         m40_piece_fn piece;        /* optional detokenizer for stop strings */
         void *piece_ctx;
@@ -128,6 +152,8 @@ struct m40_engine_model {
 
 struct m40_engine_stats {
         uint32_t active_seqs;
+        /* The KV cache: pages in the pool (fixed at creation: the size the engine chose),
+         * in use, positions per page; memory = pages * kv_page_bytes. */
         uint32_t kv_pages_total, kv_pages_used, kv_page_tokens;
         uint64_t kv_page_bytes; /* memory of one page (all layers, K and V) */
         uint64_t steps, prompt_tokens, generated_tokens; /* since creation */
@@ -167,9 +193,9 @@ struct m40_stop m40_stop_default(void);
 int m40_engine_admit(struct m40_engine *e, const struct m40_seq_params *p, uint32_t *ret_id);
 
 /* m40_engine_step - advance every active sequence that is not held by one token
- * (prefilling pending prompts first). Returns the number of sequences still active after
- * the step, held ones included (>= 0), or a negative error (-ENOMEM ...), after which the
- * engine stays usable. */
+ * (a sequence whose prompt is pending gets the next chunk of it instead, by the step
+ * policy above). Returns the number of sequences still active after the step, held ones
+ * included (>= 0), or a negative error (-ENOMEM ...), after which the engine stays usable. */
 int m40_engine_step(struct m40_engine *e);
 
 /* m40_engine_events - move up to max queued events, oldest first, into out; returns how

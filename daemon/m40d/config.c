@@ -8,6 +8,7 @@
 #include <string.h>
 #include <syslog.h>
 
+#include "engine/engine.h"
 #include "ipc/ipc.h"
 #include "m40d/config.h"
 
@@ -19,6 +20,7 @@ void m40d_config_default(struct m40d_config *c)
         c->backend = M40D_BACKEND_AUTO;
         c->max_sequences = 16;
         c->max_batch_tokens = 256;
+        c->prefill_chunk_tokens = M40_PREFILL_CHUNK_DEFAULT;
         snprintf(c->socket, sizeof(c->socket), "/run/m40d/m40d.sock");
         snprintf(c->group, sizeof(c->group), "m40");
         c->max_clients = 64;
@@ -143,6 +145,8 @@ static int engine_key(struct parse *p, const char *key, const char *v)
                 return get_u32(p, s, key, v, 0, 1u << 20, &c->max_context);
         if (!strcmp(key, "max_batch_tokens"))
                 return get_u32(p, s, key, v, 1, 65536, &c->max_batch_tokens);
+        if (!strcmp(key, "prefill_chunk_tokens"))
+                return get_u32(p, s, key, v, 0, 65536, &c->prefill_chunk_tokens);
         if (!strcmp(key, "vram_limit_mb"))
                 return get_u64(p, s, key, v, 0, 1u << 24, &c->vram_limit_mb);
         return bad(p, s, key, "unknown key");

@@ -19,10 +19,13 @@ struct m40d_config {
         enum m40d_backend backend;
         uint32_t threads;          /* 0: online CPUs */
         uint32_t max_sequences;    /* engine slots */
-        uint64_t kv_memory_mib;    /* 0: enough for every slot at full context */
+        uint64_t kv_memory_mib;    /* 0: the engine's default (m40_engine_limits.kv_bytes) */
         uint32_t max_context;      /* 0: min(training context, 4096) */
         uint32_t max_batch_tokens; /* tokens per forward pass */
         uint64_t vram_limit_mb;    /* CUDA engine's device memory cap in MiB; 0: none */
+        /* prompt tokens per step beside decode tokens (engine.h's step policy); 0 and values
+         * at or above max_batch_tokens: max_batch_tokens */
+        uint32_t prefill_chunk_tokens;
         /* [server] */
         char socket[108];
         char group[64]; /* "" : only root and the daemon's user */

@@ -208,6 +208,8 @@ static int load_model(struct daemon *d)
         lim.max_ctx = d->cfg.max_context;
         lim.kv_bytes = d->cfg.kv_memory_mib << 20;
         lim.max_batch_tokens = d->cfg.max_batch_tokens;
+        lim.prefill_chunk =
+                d->cfg.prefill_chunk_tokens ? d->cfg.prefill_chunk_tokens : d->cfg.max_batch_tokens;
         lim.vram_limit_mb = d->cfg.vram_limit_mb;
         lim.n_threads = d->cfg.threads;
         lim.piece = piece;
@@ -231,6 +233,30 @@ static int load_model(struct daemon *d)
                  base, info.arch, info.n_layers, info.dim, info.n_vocab,
                  info.weight_bytes / 1048576.0, d->model.chat_tmpl, backend);
         return 0;
+}
+
+/* log_kv - once at start: the KV cache the engine took, how its size was chosen, and what
+ * every sequence at the full context would take. */
+static void log_kv(const struct daemon *d)
+{
+        struct m40_proto_status st = {0};
+        char why[64];
+
+        m40_sched_status(d->s, &st);
+        if (d->cfg.kv_memory_mib)
+                snprintf(why, sizeof(why), "from kv_memory_mib = %llu",
+                         (unsigned long long)d->cfg.kv_memory_mib);
+        else if (!strcmp(d->model.backend, "cuda"))
+                snprintf(why, sizeof(why), "sized from free device memory");
+        else
+                snprintf(why, sizeof(why), "the CPU engine's default, at most %u MiB",
+                         M40_CPU_ENGINE_KV_DEFAULT_MIB);
+        m40d_log(LOG_INFO,
+                 "[engine] KV cache: %u pages = %llu tokens = %.1f MiB (%s); %u sequences at "
+                 "the full context of %u take %llu tokens",
+                 st.kv_pages_total, (unsigned long long)st.kv_pages_total * st.kv_page_tokens,
+                 (double)st.kv_pages_total * (double)st.kv_page_bytes / 1048576.0, why, st.max_seqs,
+                 st.n_ctx, (unsigned long long)st.max_seqs * st.n_ctx);
 }
 
 static int open_socket(struct daemon *d, int *ret_fd)
@@ -391,8 +417,10 @@ int main(int argc, char **argv)
         r = load_model(&d);
         if (!r)
                 r = m40_sched_new(&d.cfg, d.e, d.v, d.tmpl, &d.s);
-        if (!r)
+        if (!r) {
+                log_kv(&d);
                 r = open_socket(&d, &lfd);
+        }
         if (!r) {
                 r = m40d_server_new(lfd, d.gid, d.cfg.max_clients, d.s, &d.model, &d.srv);
                 if (r) {

@@ -552,6 +552,8 @@ void m40_sched_status(const struct m40_sched *s, struct m40_proto_status *ret)
         ret->max_seqs = s->cfg.max_sequences;
         ret->kv_pages_used = st.kv_pages_used;
         ret->kv_pages_total = st.kv_pages_total;
+        ret->kv_page_tokens = st.kv_page_tokens;
+        ret->kv_page_bytes = st.kv_page_bytes;
         ret->n_ctx = s->max_ctx;
         ret->n_vocab = s->model.n_vocab;
         ret->prompt_tokens = st.prompt_tokens;

@@ -32,6 +32,7 @@ struct conn {
         uid_t uid;
         struct watch w_sock, w_bell;
         struct m40_sched_client *sc; /* NULL until the handshake is done */
+        uint32_t version;            /* the client's protocol version (m40/proto.h) */
         int64_t deadline_ms;         /* CLOCK_MONOTONIC: end of the handshake window */
         size_t in_len;
         uint8_t in[sizeof(struct m40_proto_msg) + sizeof(struct m40_proto_hello)];
@@ -211,10 +212,11 @@ static int handshake(struct m40d_server *srv, struct conn *c)
         memcpy(&h, c->in + sizeof(m), sizeof(h));
         if (m.type != M40_PROTO_HELLO || m.len != sizeof(h) || h.magic != M40_PROTO_MAGIC)
                 return M40_EPROTO;
-        if (h.version != M40_PROTO_VERSION) {
+        if (h.version < M40_PROTO_VERSION_MIN || h.version > M40_PROTO_VERSION) {
                 refuse(c->fd, M40_EVERSION);
                 return M40_EVERSION;
         }
+        c->version = h.version;
         r = m40_sched_client_new(srv->s, &c->sc);
         if (r) {
                 refuse(c->fd, r);
@@ -226,6 +228,7 @@ static int handshake(struct m40d_server *srv, struct conn *c)
                 return r;
         w = g->layout;
         w.status = 0;
+        w.version = c->version; /* the region is the same in every served version */
         w.client_id = (uint32_t)c->fd;
         r = m40_ipc_send(c->fd, M40_PROTO_WELCOME, &w, sizeof(w),
                          (int[]){g->memfd, g->bell_in, g->bell_out}, 3);
@@ -235,12 +238,15 @@ static int handshake(struct m40d_server *srv, struct conn *c)
         return r;
 }
 
+/* status_reply - STATUS in the client's version: version 2 gets the first
+ * M40_PROTO_STATUS_V2_BYTES. */
 static int status_reply(struct m40d_server *srv, struct conn *c)
 {
         struct m40_proto_status st = srv->model;
+        const uint32_t len = c->version >= 3 ? (uint32_t)sizeof(st) : M40_PROTO_STATUS_V2_BYTES;
 
         m40_sched_status(srv->s, &st);
-        return m40_ipc_send(c->fd, M40_PROTO_STATUS, &st, sizeof(st), NULL, 0);
+        return m40_ipc_send(c->fd, M40_PROTO_STATUS, &st, len, NULL, 0);
 }
 
 /* Reads control messages; returns 0, or a reason to drop the connection. */

@@ -108,6 +108,10 @@ struct m40_status {
         uint64_t prompt_tokens, generated_tokens, requests;
         double tokens_per_s;
         bool draining;
+        /* The KV cache: kv_pages_total pages of kv_page_tokens positions and kv_page_bytes
+         * bytes each. */
+        uint32_t kv_page_tokens;
+        uint64_t kv_page_bytes;
 };
 
 /* m40_client_connect - connect to the daemon at socket path (NULL: $M40_SOCKET, else

@@ -10,6 +10,12 @@
  * STATUS_REQ at any time and gets STATUS back. Closing the socket ends the session: the
  * daemon cancels every request of that client.
  *
+ * Versions: a layout change bumps M40_PROTO_VERSION. A daemon serves clients of every
+ * version from M40_PROTO_VERSION_MIN to its own, each in that client's version (WELCOME
+ * carries the client's version; a message that grew is sent as long as it was in that
+ * version: fields are only ever added at the end); a client needs a daemon of at least its
+ * own version and gets M40_EVERSION from an older one.
+ *
  * Data plane, inside the region (offsets in struct m40_proto_welcome):
  *   - submission ring (client -> daemon): sub_entries struct m40_proto_sub, a power of two;
  *   - payload area: payload_bytes, a byte ring the submissions point into (prompt text,
@@ -35,10 +41,14 @@
 #define M40_PROTO_H
 
 #include <assert.h>
+#include <stddef.h>
 #include <stdint.h>
 
-#define M40_PROTO_MAGIC   0x5030344du /* "M40P" */
-#define M40_PROTO_VERSION 2u          /* 2: the ev_waiting word (event-ring backpressure) */
+/* Versions: 2 added the ev_waiting word (event-ring backpressure), 3 the KV page size to
+ * STATUS. */
+#define M40_PROTO_MAGIC       0x5030344du /* "M40P" */
+#define M40_PROTO_VERSION     3u
+#define M40_PROTO_VERSION_MIN 2u /* the oldest client version a daemon serves */
 
 /* Limits every implementation of this version honours. */
 #define M40_PROTO_MAX_MSG      4096u /* body bytes of one control message */
@@ -87,10 +97,17 @@ struct m40_proto_status {
         uint32_t clients, active, queued, max_seqs;
         uint32_t kv_pages_used, kv_pages_total, n_ctx, n_vocab;
         uint64_t prompt_tokens, generated_tokens, requests;
-        double tokens_per_s; /* engine decode speed since start */
-        uint32_t draining;   /* 1 while shutting down */
-        uint32_t reserved;
+        double tokens_per_s;     /* engine decode speed since start */
+        uint32_t draining;       /* 1 while shutting down */
+        uint32_t kv_page_tokens; /* positions per KV page (version 2: reserved) */
+        /* Version 3 on; a version 2 body ends here, M40_PROTO_STATUS_V2_BYTES long. The KV
+         * cache holds kv_pages_total * kv_page_tokens positions in kv_pages_total *
+         * kv_page_bytes bytes. */
+        uint64_t kv_page_bytes; /* memory of one KV page (all layers, K and V) */
+        uint64_t reserved[3];
 };
+
+#define M40_PROTO_STATUS_V2_BYTES 256u
 
 /* The region starts with this header; the daemon fills in everything before handing the
  * region over. Each control word sits in its own cache line. */
@@ -205,7 +222,9 @@ struct m40_proto_ev {
 static_assert(sizeof(struct m40_proto_msg) == 8, "wire size");
 static_assert(sizeof(struct m40_proto_hello) == 16, "wire size");
 static_assert(sizeof(struct m40_proto_welcome) == 48, "wire size");
-static_assert(sizeof(struct m40_proto_status) == 256, "wire size");
+static_assert(sizeof(struct m40_proto_status) == 288, "wire size");
+static_assert(offsetof(struct m40_proto_status, kv_page_bytes) == M40_PROTO_STATUS_V2_BYTES,
+              "version 2 prefix");
 static_assert(sizeof(struct m40_proto_region) == 64 + 9 * 64, "wire size");
 static_assert(sizeof(struct m40_proto_sub) == 96, "wire size");
 static_assert(sizeof(struct m40_proto_item) == 8, "wire size");

@@ -6,10 +6,11 @@
  * are every blk.* tensor, output_norm, the output matrix (token_embd when tied) and one
  * embedding row; matrix parameters are those of the 2-D blk.* tensors plus the output
  * matrix. Decode and prefill run on one engine created with limits that fit every test
- * (max_seqs = the largest batch, max_batch_tokens = max(prefill, largest batch, 64), KV
- * pages for all of it); each step is synchronous (m40_engine_step() returns when the GPU
- * is done), so steps are timed with the monotonic clock. A 4-token batch-1 run warms a
- * fresh engine up first. */
+ * (max_seqs = the largest batch, max_batch_tokens = max(prefill, largest batch, 64),
+ * prefill_chunk = max_batch_tokens so that the untimed prompts of a decode batch are not
+ * held back beside the sequences already decoding, KV pages for all of it); each step is
+ * synchronous (m40_engine_step() returns when the GPU is done), so steps are timed with the
+ * monotonic clock. A 4-token batch-1 run warms a fresh engine up first. */
 #include "bench_model.h"
 
 #include <errno.h>
@@ -194,6 +195,7 @@ static struct m40_engine_limits limits(const struct bench_model_opts *o,
         lim.max_batch_tokens = o->prefill > max_b ? o->prefill : max_b;
         if (lim.max_batch_tokens < 64)
                 lim.max_batch_tokens = 64;
+        lim.prefill_chunk = lim.max_batch_tokens; /* untimed prompts go at full speed */
         lim.kv_bytes = page_bytes * ((dec_pages > pre_pages ? dec_pages : pre_pages) + max_b);
         lim.act = M40_ACT_F32;
         return lim;

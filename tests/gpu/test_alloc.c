@@ -2,7 +2,9 @@
  *
  * Owns the checks that: a model that does not fit (free memory, or vram_limit_mb) fails
  * with a message naming what is needed and what is available; the limit caps the KV
- * pool's fill; the pools hand out aligned, disjoint, usable memory and refuse to
+ * pool's fill, and so do kv_pages_max and, without a limit, the free memory less both
+ * headrooms (the arithmetic alone, without a GPU, is tests/unit/test_alloc_plan.c's);
+ * the pools hand out aligned, disjoint, usable memory and refuse to
  * overflow; scratch mark/release and the peak; KV pages: get until exhausted, put,
  * double put, occupancy statistics; staging buffers are pinned and 4096-aligned; and
  * no device memory is allocated after creation (the GPU's free memory does not move
@@ -219,6 +221,73 @@ static void check_pools(struct m40_cuda_device *d)
         CHECK(a == NULL, "free did not return NULL");
 }
 
+/* The fill's cap: kv_pages_max stops it below what the limit leaves room for; without a
+ * limit it sizes itself from the free memory less both headrooms. */
+static void check_fill_cap(struct m40_cuda_device *d)
+{
+        struct m40_cuda_alloc_config c = {
+                .weight_bytes = 16 * MiB,
+                .scratch_bytes = 8 * MiB,
+                .kv_page_bytes = MiB,
+                .kv_pages = 0,
+                .kv_pages_min = 4,
+                .kv_pages_max = 10, /* the 64 MiB limit leaves room for 40 */
+                .vram_limit_mb = 64,
+        };
+        struct m40_cuda_alloc_plan p;
+        struct m40_cuda_alloc_stats s;
+        struct m40_cuda_alloc *a = NULL;
+        uint32_t page, n = 0;
+        uint64_t room;
+        char err[512] = "";
+        int r;
+
+        r = m40_cuda_alloc_plan(d, &c, &p, err, sizeof(err));
+        CHECK(r == 0 && p.kv_pages == 10 && p.needed == 34 * MiB && p.fill == 64 * MiB,
+              "kv_pages_max 10 under a 64 MiB limit: %d (%s), %u pages, needed %" PRIu64
+              ", fill %" PRIu64,
+              r, err, p.kv_pages, p.needed, p.fill);
+        r = m40_cuda_alloc_new(d, &c, &a, err, sizeof(err));
+        if (r < 0) {
+                fail("m40_cuda_alloc_new with kv_pages_max: %d (%s): %s", r, m40_strerror(r), err);
+                return;
+        }
+        m40_cuda_alloc_stats(a, &s);
+        CHECK(s.kv_pages == 10 && s.kv.capacity == 10 * MiB && s.arena_bytes == 34 * MiB,
+              "capped pool: %u pages, KV %" PRIu64 " bytes, arena %" PRIu64, s.kv_pages,
+              s.kv.capacity, s.arena_bytes);
+        while (n < 64 && m40_cuda_kv_page_get(a, &page) == 0)
+                n++;
+        CHECK(n == 10, "a pool capped at 10 pages handed out %u", n);
+        a = m40_cuda_alloc_free(a);
+
+        /* the cap below the minimum is an error; above M40_CUDA_KV_PAGES_MAX it is that */
+        c.kv_pages_max = 3;
+        r = m40_cuda_alloc_plan(d, &c, &p, err, sizeof(err));
+        CHECK(r == -EINVAL && strstr(err, "kv_pages_max"), "kv_pages_max 3 < min 4: %d (%s)", r,
+              err);
+        c.kv_pages_max = UINT32_MAX;
+        r = m40_cuda_alloc_plan(d, &c, &p, NULL, 0);
+        CHECK(r == 0 && p.kv_pages == 40, "kv_pages_max UINT32_MAX: %d, %u pages (want 40)", r,
+              p.kv_pages);
+
+        /* No limit: the free memory less both headrooms, capped at the maximum. */
+        c.vram_limit_mb = 0;
+        c.kv_pages_max = 0;
+        r = m40_cuda_alloc_plan(d, &c, &p, err, sizeof(err));
+        room = p.free_mem - M40_CUDA_ALLOC_HEADROOM - M40_CUDA_ALLOC_FILL_HEADROOM;
+        printf("fill without a limit: %u pages of 1 MiB, GPU %.1f MiB free\n", p.kv_pages,
+               p.free_mem / (double)MiB);
+        CHECK(r == 0 && p.fill == room && p.kv_pages == (room - 24 * MiB) / MiB &&
+                      p.needed + M40_CUDA_ALLOC_FILL_HEADROOM <= p.available,
+              "fill from free memory: %d (%s), fill %" PRIu64 " (want %" PRIu64 "), %u pages", r,
+              err, p.fill, room, p.kv_pages);
+        c.kv_pages_max = 100;
+        r = m40_cuda_alloc_plan(d, &c, &p, err, sizeof(err));
+        CHECK(r == 0 && p.kv_pages == 100 && p.needed == 124 * MiB,
+              "kv_pages_max 100 without a limit: %d (%s), %u pages", r, err, p.kv_pages);
+}
+
 int main(void)
 {
         struct m40_cuda_device *d;
@@ -234,6 +303,7 @@ int main(void)
                 return code;
         check_no_fit(d);
         check_pools(d);
+        check_fill_cap(d);
         m40_cuda_device_free(d);
         return finish();
 }

@@ -24,6 +24,11 @@
  * one engine (its slots reused): both runs must give the same tokens. A summary line per
  * model counts the draws (both runs), exact matches and tolerated boundary picks.
  *
+ * KV cache size, for the first model: the default (kv_bytes 0) is every sequence at the
+ * full context when the GPU has room (MAX_SEQS x 512 positions), an explicit kv_bytes
+ * exactly its pages, and under vram_limit_mb with 1024 sequences (more than the limit
+ * holds) the fill grows by 64 MiB of pages when the limit does.
+ *
  * Exits 77 without a GPU. M40_TEST_QUICK=1 (compute-sanitizer memcheck): 16 greedy tokens;
  * 8 sampled tokens after short prompts, first model only; 2 (racecheck): as 1, but 4
  * sampled tokens of the first four parameter sets (the combined ones). */
@@ -177,6 +182,7 @@ static void one_model(const char *path, uint32_t n_gen)
                 .max_seqs = MAX_SEQS,
                 .max_ctx = 512,
                 .max_batch_tokens = 128,
+                .prefill_chunk = 128, /* steps of 128 and 101 (3 decode + 98 prompt tokens) */
                 .act = M40_ACT_F32,
         };
         const char *name = base_name(path);
@@ -224,6 +230,76 @@ static void one_model(const char *path, uint32_t n_gen)
         free_run(&rg);
         m40_engine_free(gpu);
         m40_engine_free(cpu);
+}
+
+/* kv_pages - the KV pages of a CUDA engine on path with lim: 0 and *ret, or the error. */
+static int kv_pages(const char *path, const struct m40_engine_limits *lim,
+                    struct m40_engine_stats *ret)
+{
+        struct m40_engine *e = NULL;
+        char err[512] = "";
+        int r = m40_cuda_engine_new(path, lim, 0, &e, err, sizeof(err));
+
+        if (r == 0)
+                m40_engine_stats(e, ret);
+        else if (r != -ENOMEM)
+                fail("%s: cuda engine: %d %s", path, r, err);
+        m40_engine_free(e);
+        return r;
+}
+
+static void kv_sizes(const char *path)
+{
+        struct m40_engine_limits lim = {.max_seqs = MAX_SEQS, .max_ctx = 512, .act = M40_ACT_F32};
+        const uint32_t per_seq = 512 / 16, cap = 1024 * per_seq;
+        struct m40_engine_stats st, hi;
+        uint64_t limit = 0, step;
+
+        if (kv_pages(path, &lim, &st))
+                return;
+        CHECK(st.kv_pages_total == MAX_SEQS * per_seq && st.kv_page_tokens == 16,
+              "%s: default KV cache of %u pages of %u positions, want %u (every sequence at "
+              "the full context)",
+              base_name(path), st.kv_pages_total, st.kv_page_tokens, MAX_SEQS * per_seq);
+        lim.kv_bytes = 40 * st.kv_page_bytes + st.kv_page_bytes / 2;
+        if (!kv_pages(path, &lim, &st))
+                CHECK(st.kv_pages_total == 40, "%s: kv_bytes of 40.5 pages gave %u pages",
+                      base_name(path), st.kv_pages_total);
+
+        /* 1024 sequences under a limit: the smallest power of two of MiB that holds the
+         * model, then 64 MiB more */
+        lim.kv_bytes = 0;
+        lim.max_seqs = 1024;
+        for (uint64_t l = 256; l <= 16384 && !limit; l *= 2) {
+                lim.vram_limit_mb = l;
+                if (!kv_pages(path, &lim, &st))
+                        limit = l;
+        }
+        if (!limit) {
+                fail("%s: no vram_limit_mb up to 16384 holds the model", base_name(path));
+                return;
+        }
+        lim.vram_limit_mb = limit + 64;
+        if (kv_pages(path, &lim, &hi)) {
+                fail("%s: vram_limit_mb %llu failed where %llu did not", base_name(path),
+                     (unsigned long long)limit + 64, (unsigned long long)limit);
+                return;
+        }
+        step = (64ull << 20) / st.kv_page_bytes;
+        printf("%s: vram_limit_mb %llu: %u KV pages, %llu: %u (cap %u)\n", base_name(path),
+               (unsigned long long)limit, st.kv_pages_total, (unsigned long long)limit + 64,
+               hi.kv_pages_total, cap);
+        CHECK(st.kv_pages_total >= per_seq && st.kv_pages_total <= cap,
+              "%s: %u pages under vram_limit_mb %llu", base_name(path), st.kv_pages_total,
+              (unsigned long long)limit);
+        if (hi.kv_pages_total < cap)
+                CHECK(hi.kv_pages_total - st.kv_pages_total == step ||
+                              hi.kv_pages_total - st.kv_pages_total == step + 1,
+                      "%s: 64 MiB more limit gave %u more pages, want %llu", base_name(path),
+                      hi.kv_pages_total - st.kv_pages_total, (unsigned long long)step);
+        else
+                CHECK(hi.kv_pages_total == cap, "%s: %u pages above the cap %u", base_name(path),
+                      hi.kv_pages_total, cap);
 }
 
 /* ---- sampled: the device sampler through the engine, replayed on the CPU sampler ---- */
@@ -611,6 +687,8 @@ int main(int argc, char **argv)
                         continue;
                 }
                 fclose(f);
+                if (!n_sampled && !quick)
+                        kv_sizes(argv[i]);
                 one_model(argv[i], quick ? 16 : 64);
                 if (n_sampled++ < (quick ? 1 : 2))
                         sampled(argv[i], quick == 2 ? 4 : N_SETS, quick == 2 ? 4 : quick ? 8 : 48);

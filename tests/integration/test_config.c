@@ -1,7 +1,8 @@
 /* test_config.c - m40d's configuration (daemon/m40d/config.c): the shipped m40d.ini spells
  * out exactly the built-in defaults; [engine] vram_limit_mb takes 0 (no cap) up to
  * 16777216 MiB and refuses anything else with an error naming the file, the line and the
- * key.
+ * key; [engine] prefill_chunk_tokens takes 0..65536 (default M40_PREFILL_CHUNK_DEFAULT)
+ * likewise.
  *
  *   test_config M40D.INI (the shipped file). Exit 0 pass, 1 fail. */
 #include <errno.h>
@@ -10,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "engine/engine.h"
 #include "m40d/config.h"
 #include "tests/check.h"
 
@@ -78,6 +80,34 @@ static void test_vram_limit(void)
               "vram_limit_mb in [server]: %d '%s'", r, err);
 }
 
+static void test_prefill_chunk(void)
+{
+        static const uint32_t good[] = {0, 1, 32, 256, 65536};
+        static const char *const bad[] = {"-1", "65537", "abc", "32k", ""};
+        struct m40d_config c;
+        char ini[256], err[1024], want[128];
+        int r;
+
+        m40d_config_default(&c);
+        CHECK(c.prefill_chunk_tokens == M40_PREFILL_CHUNK_DEFAULT,
+              "prefill_chunk_tokens default %u, want %u", c.prefill_chunk_tokens,
+              M40_PREFILL_CHUNK_DEFAULT);
+        for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+                snprintf(ini, sizeof(ini), "[engine]\nprefill_chunk_tokens = %u\n", good[i]);
+                r = load(ini, &c, err, sizeof(err));
+                CHECK(r == 0 && c.prefill_chunk_tokens == good[i],
+                      "prefill_chunk_tokens = %u: %d (%s), got %u", good[i], r, err,
+                      c.prefill_chunk_tokens);
+        }
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+                snprintf(ini, sizeof(ini), "[engine]\nprefill_chunk_tokens = %s\n", bad[i]);
+                r = load(ini, &c, err, sizeof(err));
+                snprintf(want, sizeof(want), "%s:2: [engine] prefill_chunk_tokens: ", path);
+                CHECK(r == -EINVAL && !strncmp(err, want, strlen(want)) && strstr(err, "0..65536"),
+                      "prefill_chunk_tokens = '%s': %d, message '%s'", bad[i], r, err);
+        }
+}
+
 int main(int argc, char **argv)
 {
         int fd;
@@ -93,8 +123,10 @@ int main(int argc, char **argv)
         close(fd);
         test_shipped(argv[1]);
         test_vram_limit();
+        test_prefill_chunk();
         unlink(path);
         if (!failures)
-                printf("ok: shipped m40d.ini = defaults; vram_limit_mb valid and invalid values\n");
+                printf("ok: shipped m40d.ini = defaults; vram_limit_mb and prefill_chunk_tokens "
+                       "valid and invalid values\n");
         return failures ? 1 : 0;
 }

@@ -1,0 +1,62 @@
+/* plan.h - the step planner that the CPU and CUDA engines share: which tokens of which
+ * sequences the next forward pass carries. It is the one copy of the scheduling policy
+ * that engine.h states (m40_engine_limits.prefill_chunk):
+ *
+ * 1. Decode first: every runnable sequence (m40_seq_runnable()) whose prompt is done gets
+ *    its one next token, in slot order, while the step has room (max_batch_tokens).
+ * 2. Then prompts, oldest admission first. While the step carries a decode token, the
+ *    prompts share at most prefill_chunk tokens (0: M40_PREFILL_CHUNK_DEFAULT); while it
+ *    carries none, they share the whole step, max_batch_tokens. The oldest pending prompt
+ *    takes what the budget allows, the next one the rest, and so on; a prompt longer than
+ *    what is left is cut there and goes on from the cut in the next step.
+ * So a running sequence gets a token in every step (when max_batch_tokens >= the number
+ * of running sequences), and a step costs at most the running sequences' tokens plus
+ * prefill_chunk. A sequence whose planned positions find no free KV page is finished with
+ * M40_FINISH_KV (its event queued) and the plan goes on without it. The planner changes
+ * only the slots' n_past, row and prev_past and their KV tables; it never prints. */
+#ifndef M40_ENGINE_PLAN_H
+#define M40_ENGINE_PLAN_H
+
+#include <stdint.h>
+
+#include "engine.h"
+#include "forward.h"
+#include "kv.h"
+#include "seqs.h"
+
+/* What a planner works on, all borrowed from the engine, which fills it once. */
+struct m40_plan {
+        struct m40_seq *seqs;                /* (lim->max_seqs) the engine's slots */
+        const struct m40_engine_limits *lim; /* max_seqs, max_batch_tokens, prefill_chunk */
+        struct m40_kv_pages *pages;          /* pages for the planned positions */
+        struct m40_seq_events *evq;          /* where M40_FINISH_KV events go */
+        struct m40_fwd_tok *batch;           /* (lim->max_batch_tokens) the step's tokens */
+};
+
+/* One planned step. */
+struct m40_plan_step {
+        uint32_t n_tokens; /* tokens in batch[0, n_tokens) */
+        uint32_t n_rows;   /* logits rows 0..n_rows-1: sequences that produce a token */
+        uint32_t n_decode; /* decode tokens (one per running sequence in the step) */
+        uint32_t n_prompt; /* prompt positions among the tokens (the engine's stats) */
+};
+
+/* m40_plan_prefill_chunk - the prompt tokens a step that decodes may carry under lim:
+ * prefill_chunk (0: M40_PREFILL_CHUNK_DEFAULT), at most max_batch_tokens. */
+uint32_t m40_plan_prefill_chunk(const struct m40_engine_limits *lim);
+
+/* m40_plan_step - plan the next step of p's slots by the policy above: fills p->batch,
+ * advances each planned sequence's n_past over its tokens, gives each sequence that will
+ * produce a token its logits row (s->row >= 0; every other slot gets -1) and records each
+ * slot's n_past before the step in prev_past (for m40_plan_undo()). Returns 0 and the
+ * counts in *ret (n_tokens 0: nothing to run), or -ENOMEM (a KV table or the event queue
+ * could not grow), after which no sequence has advanced (sequences already finished with
+ * M40_FINISH_KV stay finished). */
+int m40_plan_step(const struct m40_plan *p, struct m40_plan_step *ret);
+
+/* m40_plan_undo - give back the tokens of the last m40_plan_step() of p, when the engine
+ * could not run it: every active slot's n_past returns to prev_past. The KV pages reserved
+ * for them stay with their sequences. */
+void m40_plan_undo(const struct m40_plan *p);
+
+#endif

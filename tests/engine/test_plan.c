@@ -1,0 +1,266 @@
+/* test_plan.c - the step planner (daemon/engine/plan.c) alone, on sequence slots filled by
+ * m40_seq_admit() and no model: the step policy of engine.h, step by step. While sequences
+ * decode, every one of them gets its token in every step and prompts share at most
+ * prefill_chunk tokens, oldest admission first, a long prompt cut at the chunk boundary and
+ * continued from there; while nothing decodes (or only held sequences would), prompts take
+ * max_batch_tokens; prefill_chunk 0 is M40_PREFILL_CHUNK_DEFAULT and a chunk above
+ * max_batch_tokens acts as max_batch_tokens; the batch holds each sequence's next positions
+ * in order with a logits row on the last token of each sequence that produces one; a
+ * sequence without KV pages is finished with M40_FINISH_KV and the plan goes on;
+ * m40_plan_undo() gives the tokens back.
+ *
+ * usage: test_plan. Exit 0 pass, 1 fail. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/plan.h"
+#include "tests/check.h"
+
+#define N_VOCAB  100
+#define MAX_SEQS 8
+
+struct bed {
+        struct m40_engine_limits lim;
+        struct m40_seq *seqs;
+        struct m40_kv_pages *pages;
+        struct m40_seq_events evq;
+        struct m40_fwd_tok *batch;
+        struct m40_plan plan;
+        uint32_t next_id;
+        uint64_t next_order;
+};
+
+static void bed_init(struct bed *b, uint32_t max_batch, uint32_t chunk, uint32_t n_pages)
+{
+        memset(b, 0, sizeof(*b));
+        b->lim = (struct m40_engine_limits){
+                .max_seqs = MAX_SEQS,
+                .max_ctx = 512,
+                .page_tokens = 16,
+                .max_batch_tokens = max_batch,
+                .prefill_chunk = chunk,
+        };
+        b->seqs = calloc(MAX_SEQS, sizeof(*b->seqs));
+        b->batch = calloc(max_batch, sizeof(*b->batch));
+        if (!b->seqs || !b->batch || m40_kv_pages_new(n_pages, 16, &b->pages)) {
+                fprintf(stderr, "out of memory\n");
+                exit(1);
+        }
+        b->plan = (struct m40_plan){b->seqs, &b->lim, b->pages, &b->evq, b->batch};
+}
+
+static void bed_done(struct bed *b)
+{
+        m40_seq_slots_free(b->seqs, MAX_SEQS, b->pages);
+        m40_kv_pages_free(b->pages);
+        m40_seq_events_done(&b->evq);
+        free(b->batch);
+}
+
+/* admit - a sequence with a prompt of n tokens (ids i*7+k) generating up to 100. */
+static struct m40_seq *admit(struct bed *b, uint32_t n)
+{
+        int32_t prompt[512];
+        struct m40_seq_params p = {0};
+        struct m40_seq *s = NULL;
+
+        for (uint32_t k = 0; k < n; k++)
+                prompt[k] = (int32_t)((b->next_id * 7 + k) % N_VOCAB);
+        p.prompt = prompt;
+        p.n_prompt = n;
+        p.sampling = m40_sampling_default();
+        p.stop = m40_stop_default();
+        p.stop.max_tokens = 100;
+        p.stop.ignore_eos = true;
+        if (m40_seq_admit(b->seqs, &b->lim, N_VOCAB, &p, &b->next_id, &b->next_order, &s)) {
+                fprintf(stderr, "admit failed\n");
+                exit(1);
+        }
+        return s;
+}
+
+/* step - plan a step, check the batch's shape, and "produce" a token for every sequence
+ * given a row, as an engine would after the forward pass. */
+static struct m40_plan_step step(struct bed *b)
+{
+        struct m40_plan_step ps = {0};
+        int r = m40_plan_step(&b->plan, &ps);
+        uint32_t rows = 0;
+
+        CHECK(r == 0, "plan: %d", r);
+        CHECK(ps.n_tokens <= b->lim.max_batch_tokens, "%u tokens in a step of %u", ps.n_tokens,
+              b->lim.max_batch_tokens);
+        for (uint32_t i = 0; i < ps.n_tokens; i++) {
+                const struct m40_fwd_tok *t = &b->batch[i];
+                const struct m40_seq *s = NULL;
+
+                for (uint32_t k = 0; k < MAX_SEQS; k++)
+                        if (t->kv == &b->seqs[k].kv)
+                                s = &b->seqs[k];
+                CHECK(s && t->pos < s->n_past && t->token == s->toks[t->pos],
+                      "token %u: not a planned position of its sequence", i);
+                if (s && t->logit_row >= 0)
+                        CHECK(t->logit_row == s->row && t->pos == s->n_toks - 1,
+                              "token %u: logits row %d on position %u", i, t->logit_row, t->pos);
+                rows += t->logit_row >= 0;
+        }
+        CHECK(rows == ps.n_rows, "%u logits rows in the batch, plan says %u", rows, ps.n_rows);
+        for (uint32_t k = 0; k < MAX_SEQS; k++) {
+                struct m40_seq *s = &b->seqs[k];
+
+                if (s->state == M40_SEQ_ACTIVE && s->row >= 0)
+                        m40_seq_append(s, &b->lim, -1, -1, 1);
+        }
+        return ps;
+}
+
+/* Three short prompts, then a long one and a short one arrive while they decode. */
+static void test_decode_and_chunks(void)
+{
+        struct bed b;
+        struct m40_seq *run[3], *lng, *late;
+        struct m40_plan_step ps;
+        uint32_t steps = 0;
+
+        bed_init(&b, 64, 16, 256);
+        for (int i = 0; i < 3; i++)
+                run[i] = admit(&b, 4);
+        ps = step(&b);
+        CHECK(ps.n_tokens == 12 && ps.n_decode == 0 && ps.n_rows == 3 && ps.n_prompt == 12,
+              "first step: %u tokens, %u decode, %u rows", ps.n_tokens, ps.n_decode, ps.n_rows);
+        lng = admit(&b, 100);
+        late = admit(&b, 10);
+        /* 100 + 10 prompt tokens at 16 a step beside 3 decode tokens: 6 steps of the long
+         * prompt alone, then its last 4 and the late one's 10 in the 7th */
+        for (uint32_t want_long = 16; lng->n_past < lng->n_prompt; want_long += 16) {
+                const uint32_t before = lng->n_past;
+
+                ps = step(&b);
+                steps++;
+                CHECK(ps.n_decode == 3 && ps.n_tokens == 3 + ps.n_prompt,
+                      "step %u: %u decode tokens of 3, %u tokens", steps, ps.n_decode, ps.n_tokens);
+                for (int i = 0; i < 3; i++)
+                        CHECK(run[i]->row >= 0, "step %u: running sequence %d got no token", steps,
+                              i);
+                CHECK(ps.n_prompt <= 16, "step %u: %u prompt tokens", steps, ps.n_prompt);
+                if (want_long < 100) {
+                        CHECK(lng->n_past - before == 16 && late->n_past == 0 && lng->row < 0,
+                              "step %u: long prompt %u..%u, late one at %u", steps, before,
+                              lng->n_past, late->n_past);
+                } else {
+                        CHECK(lng->n_past == 100 && late->n_past == 10 && ps.n_prompt == 14 &&
+                                      lng->row >= 0 && late->row >= 0 && ps.n_rows == 5,
+                              "step %u: long at %u, late at %u, %u prompt tokens", steps,
+                              lng->n_past, late->n_past, ps.n_prompt);
+                }
+        }
+        CHECK(steps == 7, "the long prompt took %u steps beside the decoders, want 7", steps);
+        ps = step(&b);
+        CHECK(ps.n_decode == 5 && ps.n_tokens == 5 && ps.n_prompt == 0,
+              "after the prompts: %u decode tokens, %u tokens", ps.n_decode, ps.n_tokens);
+        bed_done(&b);
+}
+
+/* Nothing decodes: prompts fill max_batch_tokens, a long one cut there. */
+static void test_prefill_only(void)
+{
+        struct bed b;
+        struct m40_seq *a, *c;
+        struct m40_plan_step ps;
+
+        bed_init(&b, 64, 16, 256);
+        a = admit(&b, 100);
+        c = admit(&b, 20);
+        ps = step(&b);
+        CHECK(ps.n_tokens == 64 && ps.n_rows == 0 && a->n_past == 64 && c->n_past == 0,
+              "prefill step 1: %u tokens, a at %u, c at %u", ps.n_tokens, a->n_past, c->n_past);
+        ps = step(&b);
+        CHECK(ps.n_tokens == 56 && ps.n_rows == 2 && a->n_past == 100 && c->n_past == 20,
+              "prefill step 2: %u tokens, a at %u, c at %u", ps.n_tokens, a->n_past, c->n_past);
+        bed_done(&b);
+}
+
+/* Held decoders do not count as decoding; chunk 0 and chunks past max_batch_tokens. */
+static void test_held_and_limits(void)
+{
+        struct bed b;
+        struct m40_seq *d, *p;
+        struct m40_plan_step ps;
+
+        bed_init(&b, 64, 8, 256);
+        d = admit(&b, 2);
+        step(&b);
+        p = admit(&b, 100);
+        d->held = true;
+        ps = step(&b);
+        CHECK(ps.n_decode == 0 && ps.n_tokens == 64 && p->n_past == 64,
+              "held decoder: %u decode, %u tokens", ps.n_decode, ps.n_tokens);
+        d->held = false;
+        ps = step(&b);
+        CHECK(ps.n_decode == 1 && ps.n_tokens == 9 && p->n_past == 72,
+              "released decoder: %u decode, %u tokens", ps.n_decode, ps.n_tokens);
+        bed_done(&b);
+
+        bed_init(&b, 512, 0, 256);
+        CHECK(m40_plan_prefill_chunk(&b.lim) == M40_PREFILL_CHUNK_DEFAULT, "chunk 0 -> %u",
+              m40_plan_prefill_chunk(&b.lim));
+        d = admit(&b, 2);
+        step(&b);
+        p = admit(&b, 300);
+        ps = step(&b);
+        CHECK(ps.n_decode == 1 && ps.n_prompt == M40_PREFILL_CHUNK_DEFAULT,
+              "default chunk: %u prompt tokens", ps.n_prompt);
+        bed_done(&b);
+
+        bed_init(&b, 64, 1000, 256);
+        CHECK(m40_plan_prefill_chunk(&b.lim) == 64, "chunk 1000 of 64 -> %u",
+              m40_plan_prefill_chunk(&b.lim));
+        d = admit(&b, 2);
+        step(&b);
+        p = admit(&b, 300);
+        ps = step(&b);
+        CHECK(ps.n_decode == 1 && ps.n_tokens == 64 && p->n_past == 63,
+              "chunk past the step: %u tokens", ps.n_tokens);
+        bed_done(&b);
+}
+
+/* Two pages: the first prompt takes both, the second ends with M40_FINISH_KV, and the
+ * plan still carries the first. Then undo. */
+static void test_kv_and_undo(void)
+{
+        struct bed b;
+        struct m40_seq *a, *c;
+        struct m40_plan_step ps = {0};
+        struct m40_event ev[4];
+        size_t n;
+        int r;
+
+        bed_init(&b, 64, 16, 2);
+        a = admit(&b, 20);
+        c = admit(&b, 20);
+        r = m40_plan_step(&b.plan, &ps);
+        n = m40_seq_events_pop(&b.evq, ev, 4);
+        CHECK(r == 0 && ps.n_tokens == 20 && a->n_past == 20 && c->state == M40_SEQ_DONE,
+              "KV: %d, %u tokens, c state %d", r, ps.n_tokens, (int)c->state);
+        CHECK(n == 1 && ev[0].seq == c->id && ev[0].token == -1 && ev[0].finish == M40_FINISH_KV,
+              "KV event: %zu events", n);
+        m40_plan_undo(&b.plan);
+        CHECK(a->n_past == 0 && a->row < 0, "undo: a at %u, row %d", a->n_past, a->row);
+        r = m40_plan_step(&b.plan, &ps);
+        CHECK(r == 0 && ps.n_tokens == 20 && a->row == 0, "after undo: %d, %u tokens", r,
+              ps.n_tokens);
+        bed_done(&b);
+}
+
+int main(void)
+{
+        test_decode_and_chunks();
+        test_prefill_only();
+        test_held_and_limits();
+        test_kv_and_undo();
+        if (!failures)
+                printf("ok: decode every step, prompts chunked by prefill_chunk oldest first, "
+                       "max_batch_tokens when nothing decodes, held, limits, KV, undo\n");
+        return failures ? 1 : 0;
+}
