@@ -24,6 +24,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "json_out.h" /* bench_json_string(), which the reports use */
+
 #define BENCH_MODEL_MAX_BATCHES 8
 #define BENCH_MODEL_MAX_BATCH   256  /* the most sequences of one batch */
 #define BENCH_MODEL_MAX_TOKENS  4096 /* generated tokens per sequence */
@@ -130,8 +132,5 @@ void bench_note(const struct bench_model_opts *o, const char *fmt, ...)
 void bench_model_text(const struct bench_model *b, FILE *f);
 void bench_model_json(const struct bench_model *b, FILE *f);
 
-/* bench_json_string - s as a JSON string, quoted, '"' and '\\' escaped, control characters
- * as \u00XX (bench_report.c; m40-bench's own JSON uses it too). */
-void bench_json_string(FILE *f, const char *s);
 
 #endif

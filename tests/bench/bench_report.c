@@ -96,22 +96,6 @@ void bench_model_text(const struct bench_model *b, FILE *f)
         }
 }
 
-void bench_json_string(FILE *f, const char *s)
-{
-        fputc('"', f);
-        for (; *s; s++) {
-                unsigned char ch = (unsigned char)*s;
-
-                if (ch == '"' || ch == '\\')
-                        fprintf(f, "\\%c", ch);
-                else if (ch < 0x20)
-                        fprintf(f, "\\u%04x", ch);
-                else
-                        fputc(ch, f);
-        }
-        fputc('"', f);
-}
-
 static void json_load(FILE *f, const char *key, const struct bench_load *l)
 {
         fprintf(f, ",\"%s\":", key);

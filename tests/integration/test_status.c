@@ -1,0 +1,212 @@
+/* test_status.c - the KV cache as m40d reports it (issue 19), on the CPU engine: the one
+ * log line at start (pages, tokens, MiB and how the size was chosen: the CPU engine's
+ * default, or kv_memory_mib), STATUS through libm40 (page count, positions and bytes per
+ * page), `m40ctl status` in text and JSON (pages, tokens and MiB), and protocol versions:
+ * a version 2 client is still served (WELCOME in version 2, the 256-byte STATUS of
+ * version 2), versions below M40_PROTO_VERSION_MIN or above ours are refused.
+ *
+ *   test_status M40D M40CTL MODEL.gguf  (stories260K: 5 layers, KV dim 32, context 2048,
+ *   so a page of 16 positions is 10240 bytes) */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "itest.h"
+#include "m40/proto.h"
+
+#define PAGE_BYTES 10240u /* 2 (K, V) x 2 bytes x 5 layers x 16 positions x 32 */
+
+static const char *m40ctl;
+
+/* file_has - whether the file at path contains needle; prints the file when not. */
+static bool file_has(const char *path, const char *needle)
+{
+        char buf[16384];
+        FILE *f = fopen(path, "r");
+        size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+
+        if (f)
+                fclose(f);
+        buf[n] = 0;
+        if (strstr(buf, needle))
+                return true;
+        fprintf(stderr, "'%s' not in %s:\n%s\n", needle, path, buf);
+        return false;
+}
+
+/* ctl_has - whether `m40ctl status ARGS --socket SOCK` prints needle. */
+static bool ctl_has(const char *sock, const char *args, const char *needle)
+{
+        char cmd[512], out[4096];
+        FILE *p;
+        size_t n;
+
+        snprintf(cmd, sizeof(cmd), "%s status %s --socket %s", m40ctl, args, sock);
+        p = popen(cmd, "r");
+        if (!p)
+                return false;
+        n = fread(out, 1, sizeof(out) - 1, p);
+        out[n] = 0;
+        if (pclose(p) == 0 && strstr(out, needle))
+                return true;
+        fprintf(stderr, "'%s' not in the output of %s:\n%s\n", needle, cmd, out);
+        return false;
+}
+
+/* raw_status - HELLO with version, then STATUS_REQ. Returns 0 with the WELCOME's version
+ * and the STATUS body's length and contents, the WELCOME's negative status, or -1. */
+static int raw_status(const char *sock, uint32_t version, uint32_t *ret_version, uint32_t *ret_len,
+                      struct m40_proto_status *ret)
+{
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+        struct {
+                struct m40_proto_msg m;
+                struct m40_proto_hello h;
+        } hello = {{M40_PROTO_HELLO, sizeof(struct m40_proto_hello)},
+                   {M40_PROTO_MAGIC, version, 0, 0}};
+        struct {
+                struct m40_proto_msg m;
+                struct m40_proto_welcome w;
+        } in;
+        const struct m40_proto_msg req = {M40_PROTO_STATUS_REQ, 0};
+        union {
+                char b[CMSG_SPACE(3 * sizeof(int))];
+                struct cmsghdr a;
+        } ctl;
+        struct iovec iov = {&in, sizeof(in)};
+        struct msghdr mh = {.msg_iov = &iov,
+                            .msg_iovlen = 1,
+                            .msg_control = ctl.b,
+                            .msg_controllen = sizeof(ctl.b)};
+        struct m40_proto_msg m;
+        struct cmsghdr *cm;
+        int fd, r = -1;
+
+        snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", sock);
+        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) ||
+            write(fd, &hello, sizeof(hello)) != sizeof(hello) ||
+            recvmsg(fd, &mh, MSG_WAITALL) != sizeof(in))
+                goto out;
+        cm = CMSG_FIRSTHDR(&mh);
+        if (cm && cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
+                int fds[3];
+
+                memcpy(fds, CMSG_DATA(cm), sizeof(fds));
+                for (int i = 0; i < 3; i++)
+                        close(fds[i]);
+        }
+        *ret_version = in.w.version;
+        if (in.w.status) {
+                r = in.w.status;
+                goto out;
+        }
+        memset(ret, 0, sizeof(*ret));
+        if (write(fd, &req, sizeof(req)) != sizeof(req) ||
+            recv(fd, &m, sizeof(m), MSG_WAITALL) != sizeof(m) || m.type != M40_PROTO_STATUS ||
+            m.len > sizeof(*ret) || recv(fd, ret, m.len, MSG_WAITALL) != (ssize_t)m.len)
+                goto out;
+        *ret_len = m.len;
+        r = 0;
+out:
+        if (fd >= 0)
+                close(fd);
+        return r;
+}
+
+/* The default KV cache: 16 sequences x 2048 positions = 2048 pages (20 MiB, below the CPU
+ * engine's 512 MiB). */
+static int test_default(const char *m40d, const char *model)
+{
+        struct itest_daemon d;
+        struct m40_client *c;
+        struct m40_status st;
+        struct m40_proto_status raw;
+        uint32_t version = 0, len = 0;
+
+        if (itest_daemon_start(&d, m40d, model, "[engine]\nbackend = cpu\nthreads = 2\n", NULL))
+                return 1;
+        CHECK(file_has(d.log, "[engine] KV cache: 2048 pages = 32768 tokens = 20.0 MiB (the "
+                              "CPU engine's default, at most 512 MiB); 16 sequences at the "
+                              "full context of 2048 take 32768 tokens"));
+        CHECK(m40_client_connect(d.sock, &c) == 0);
+        CHECK(m40_client_status(c, &st) == 0);
+        m40_client_disconnect(c);
+        CHECK(st.kv_pages_total == 2048 && st.kv_pages_used == 0);
+        CHECK(st.kv_page_tokens == 16 && st.kv_page_bytes == PAGE_BYTES);
+        CHECK(ctl_has(d.sock, "",
+                      "KV cache:   0 of 2048 pages in use (0 of 32768 tokens, 0.0 of 20.0 MiB)"));
+        CHECK(ctl_has(d.sock, "--json",
+                      "\"kv_pages_used\":0,\"kv_pages_total\":2048,\"kv_page_tokens\":16,"
+                      "\"kv_page_bytes\":10240,\"kv_tokens_used\":0,\"kv_tokens_total\":32768,"
+                      "\"kv_bytes_used\":0,\"kv_bytes_total\":20971520,"));
+
+        /* this version: the whole STATUS */
+        CHECK(raw_status(d.sock, M40_PROTO_VERSION, &version, &len, &raw) == 0);
+        CHECK(version == M40_PROTO_VERSION && len == sizeof(raw));
+        CHECK(raw.kv_pages_total == 2048 && raw.kv_page_tokens == 16 &&
+              raw.kv_page_bytes == PAGE_BYTES);
+        /* version 2: served in version 2, STATUS without what version 3 added */
+        CHECK(raw_status(d.sock, 2, &version, &len, &raw) == 0);
+        CHECK(version == 2 && len == M40_PROTO_STATUS_V2_BYTES && M40_PROTO_VERSION_MIN <= 2);
+        CHECK(raw.kv_pages_total == 2048 && raw.kv_page_bytes == 0 && raw.n_vocab == 512);
+        /* out of range */
+        CHECK(raw_status(d.sock, M40_PROTO_VERSION_MIN - 1, &version, &len, &raw) == M40_EVERSION);
+        CHECK(raw_status(d.sock, M40_PROTO_VERSION + 1, &version, &len, &raw) == M40_EVERSION);
+        CHECK(itest_idle(d.sock) == 0);
+        CHECK(itest_daemon_stop(&d) == 0);
+        return 0;
+}
+
+/* kv_memory_mib = 2: 204 pages of 10240 bytes, logged as chosen by it; a request runs in
+ * them. */
+static int test_explicit(const char *m40d, const char *model)
+{
+        struct itest_daemon d;
+        struct m40_client *c;
+        struct m40_request rq;
+        struct m40_status st;
+        uint64_t id;
+        char text[4096];
+        int32_t toks[64];
+        size_t n_toks;
+
+        if (itest_daemon_start(&d, m40d, model,
+                               "[engine]\nbackend = cpu\nthreads = 2\nmax_sequences = 4\n"
+                               "kv_memory_mib = 2\n",
+                               NULL))
+                return 1;
+        CHECK(file_has(d.log, "[engine] KV cache: 204 pages = 3264 tokens = 2.0 MiB (from "
+                              "kv_memory_mib = 2); 4 sequences at the full context of 2048 "
+                              "take 8192 tokens"));
+        CHECK(ctl_has(d.sock, "",
+                      "KV cache:   0 of 204 pages in use (0 of 3264 tokens, 0.0 of 2.0 MiB)"));
+        CHECK(m40_client_connect(d.sock, &c) == 0);
+        m40_request_init(&rq);
+        rq.prompt = itest_prompts[0];
+        rq.max_tokens = 40;
+        CHECK(m40_client_submit(c, &rq, &id) == 0);
+        CHECK(itest_collect(c, id, text, sizeof(text), toks, 64, &n_toks) == 0);
+        CHECK(m40_client_status(c, &st) == 0);
+        CHECK(st.kv_pages_total == 204 && st.kv_page_tokens == 16 &&
+              st.kv_page_bytes == PAGE_BYTES);
+        m40_client_disconnect(c);
+        CHECK(itest_idle(d.sock) == 0);
+        CHECK(itest_daemon_stop(&d) == 0);
+        return 0;
+}
+
+int main(int argc, char **argv)
+{
+        if (argc < 4)
+                return 2;
+        m40ctl = argv[2];
+        if (test_default(argv[1], argv[3]) || test_explicit(argv[1], argv[3]))
+                return 1;
+        printf("ok: KV cache logged, reported by STATUS and m40ctl status in pages, tokens "
+               "and MiB; protocol version 2 still served\n");
+        return 0;
+}
