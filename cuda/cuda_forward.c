@@ -36,9 +36,14 @@
  * hundreds of small kernels per token cost more to launch one by one (a few us of host
  * time each) than they take to run on a small model. FWD_GRAPHS shapes are kept; the
  * attention bound is rounded up to FWD_GRAPH_POS positions so one graph serves many
- * steps (128: contexts below it stay in the attention's one-pass form, ops.h). */
+ * steps (128: contexts below it stay in the attention's one-pass form, ops.h). A shape is
+ * captured the second time it comes (the last FWD_SEEN new shapes are remembered): the
+ * steps that admit a crowd of prompts (decode tokens plus a prompt chunk, each count
+ * once) would otherwise pay a capture each (milliseconds) and push the steady shapes
+ * out of the FWD_GRAPHS kept. */
 #define FWD_GRAPH_MAX_TOKENS 64
 #define FWD_GRAPHS           16
+#define FWD_SEEN             32
 #define FWD_GRAPH_POS        128
 /* The fewest tokens of a one-sequence step whose attention takes the query-tile kernel
  * (ops.h, m40_cuda_attention_prompt()); below it, m40_cuda_attention(), whose splits of
@@ -82,6 +87,9 @@ struct m40_cuda_fwd {
                 uint32_t n, n_rows, bound;
         } graphs[FWD_GRAPHS];
         uint32_t n_graphs;
+        /* shapes run once without a graph (exec unused), a ring: the next to go at seen_at */
+        struct fwd_graph seen[FWD_SEEN];
+        uint32_t n_seen, seen_at;
         bool no_graphs; /* a capture failed: launch directly from then on */
         bool one_seq;   /* the step's tokens are all of one sequence (pack()) */
 };
@@ -611,11 +619,25 @@ static int forward(struct m40_cuda_fwd *f, uint32_t n, uint32_t n_rows, uint32_t
         return r;
 }
 
-/* run_graph - forward() as a CUDA graph: captured the first time a shape (n, n_rows, the
- * attention bound max_pos rounded up to FWD_GRAPH_POS) is seen, replayed after that; every
- * kernel reads the step's tokens, positions and block tables from meta_d, so a replay
- * computes the current step. When capturing fails, graphs are turned off and the step
- * runs directly. */
+/* seen_before - whether shape (n, n_rows, bound) ran before without a graph; if not, it
+ * is remembered (the oldest of FWD_SEEN forgotten). */
+static bool seen_before(struct m40_cuda_fwd *f, uint32_t n, uint32_t n_rows, uint32_t bound)
+{
+        for (uint32_t i = 0; i < f->n_seen; i++)
+                if (f->seen[i].n == n && f->seen[i].n_rows == n_rows && f->seen[i].bound == bound)
+                        return true;
+        f->seen[f->seen_at] = (struct fwd_graph){.n = n, .n_rows = n_rows, .bound = bound};
+        f->seen_at = (f->seen_at + 1) % FWD_SEEN;
+        if (f->n_seen < FWD_SEEN)
+                f->n_seen++;
+        return false;
+}
+
+/* run_graph - forward() as a CUDA graph: run directly the first time a shape (n, n_rows,
+ * the attention bound max_pos rounded up to FWD_GRAPH_POS) comes, captured the second
+ * time, replayed after that; every kernel reads the step's tokens, positions and block
+ * tables from meta_d, so a replay computes the current step. When capturing fails,
+ * graphs are turned off and the step runs directly. */
 static int run_graph(struct m40_cuda_fwd *f, uint32_t n, uint32_t n_rows, uint32_t max_pos)
 {
         uint32_t bound = (max_pos / FWD_GRAPH_POS + 1) * FWD_GRAPH_POS - 1;
@@ -633,6 +655,8 @@ static int run_graph(struct m40_cuda_fwd *f, uint32_t n, uint32_t n_rows, uint32
         if (i < f->n_graphs) {
                 g = f->graphs[i];
         } else {
+                if (!seen_before(f, n, n_rows, bound))
+                        return forward(f, n, n_rows, max_pos);
                 if (cudaStreamBeginCapture(f->stream, cudaStreamCaptureModeThreadLocal) !=
                     cudaSuccess) {
                         (void)cudaGetLastError();
