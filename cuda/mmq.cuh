@@ -83,7 +83,10 @@ template <int TM_, int TN_, int MR_, int NR_, int NT_, int MINB_> struct mq_shap
         static_assert((WS + XS) * 4 <= MQ_SMEM_MAX, "one buffer fits");
 };
 
-/* The shapes by column tile (matvec.cu picks TN from the batch). */
+/* The shapes by column tile (matvec.cu picks TN from the batch). Knobs for A/B builds:
+ * MQ_S64, MQ_S32, MQ_S16 1 take 128-thread blocks with 8-row thread tiles (fewer shared
+ * loads per FMA, more blocks per SM) instead; measured mixed (RESULTS.md: faster where
+ * the tiles fill the GPU without splitting k, slower where they split), so not default. */
 #ifndef MQ_S64
 #define MQ_S64 0
 #endif
@@ -92,8 +95,22 @@ typedef mq_shape<128, 64, 8, 8, 128, 3> mq_s64;
 #else
 typedef mq_shape<128, 64, 8, 4, 256, 2> mq_s64;
 #endif
+#ifndef MQ_S32
+#define MQ_S32 0
+#endif
+#if MQ_S32
+typedef mq_shape<128, 32, 8, 4, 128, 4> mq_s32;
+#else
 typedef mq_shape<128, 32, 4, 4, 256, 2> mq_s32;
+#endif
+#ifndef MQ_S16
+#define MQ_S16 0
+#endif
+#if MQ_S16
+typedef mq_shape<128, 16, 8, 2, 128, 4> mq_s16;
+#else
 typedef mq_shape<128, 16, 4, 2, 256, 2> mq_s16;
+#endif
 typedef mq_shape<128, 8, 4, 1, 256, 2> mq_s8;
 
 /* Registers of one step's loads: a weight thread's 32 weights as loaded (quant.cuh's
