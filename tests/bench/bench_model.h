@@ -132,5 +132,4 @@ void bench_note(const struct bench_model_opts *o, const char *fmt, ...)
 void bench_model_text(const struct bench_model *b, FILE *f);
 void bench_model_json(const struct bench_model *b, FILE *f);
 
-
 #endif
