@@ -143,7 +143,7 @@ static int launch_mq(const struct mv_args *a, int n, uint32_t type, bool add, fl
                      size_t part_bytes, cudaStream_t stream)
 {
         struct mq_args q = {};
-        int r;
+        int r, sms;
 
         for (int i = 0; i < n; i++) {
                 q.m.w[i] = a[i].w;
@@ -163,11 +163,12 @@ static int launch_mq(const struct mv_args *a, int n, uint32_t type, bool add, fl
         q.ldx = a[0].ldx;
         q.nb = a[0].nb;
         q.part = part_bytes >= (size_t)q.nb * q.m.rows * sizeof(float) ? part : NULL;
-        r = m40_mq_launch_f(type, &q, sm_count(), part_bytes, stream);
+        sms = sm_count();
+        r = m40_mq_launch_f(type, &q, sms, part_bytes, stream);
         if (r == -ENOTSUP)
-                r = m40_mq_launch_q(type, &q, sm_count(), part_bytes, stream);
+                r = m40_mq_launch_q(type, &q, sms, part_bytes, stream);
         if (r == -ENOTSUP)
-                r = m40_mq_launch_k(type, &q, sm_count(), part_bytes, stream);
+                r = m40_mq_launch_k(type, &q, sms, part_bytes, stream);
         return r == -ENOTSUP ? M40_EUNSUPPORTED : r;
 }
 

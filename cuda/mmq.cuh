@@ -90,27 +90,24 @@ template <int TM_, int TN_, int MR_, int NR_, int NT_, int MINB_> struct mq_shap
 #ifndef MQ_S64
 #define MQ_S64 0
 #endif
-#if MQ_S64
-typedef mq_shape<128, 64, 8, 8, 128, 3> mq_s64;
-#else
-typedef mq_shape<128, 64, 8, 4, 256, 2> mq_s64;
-#endif
 #ifndef MQ_S32
 #define MQ_S32 0
-#endif
-#if MQ_S32
-typedef mq_shape<128, 32, 8, 4, 128, 4> mq_s32;
-#else
-typedef mq_shape<128, 32, 4, 4, 256, 2> mq_s32;
 #endif
 #ifndef MQ_S16
 #define MQ_S16 0
 #endif
-#if MQ_S16
-typedef mq_shape<128, 16, 8, 2, 128, 4> mq_s16;
-#else
-typedef mq_shape<128, 16, 4, 2, 256, 2> mq_s16;
-#endif
+template <bool WIDE, class A, class B> struct mq_pick {
+        typedef B type;
+};
+template <class A, class B> struct mq_pick<true, A, B> {
+        typedef A type;
+};
+typedef mq_pick<MQ_S64, mq_shape<128, 64, 8, 8, 128, 3>, mq_shape<128, 64, 8, 4, 256, 2>>::type
+        mq_s64;
+typedef mq_pick<MQ_S32, mq_shape<128, 32, 8, 4, 128, 4>, mq_shape<128, 32, 4, 4, 256, 2>>::type
+        mq_s32;
+typedef mq_pick<MQ_S16, mq_shape<128, 16, 8, 2, 128, 4>, mq_shape<128, 16, 4, 2, 256, 2>>::type
+        mq_s16;
 typedef mq_shape<128, 8, 4, 1, 256, 2> mq_s8;
 
 /* Registers of one step's loads: a weight thread's 32 weights as loaded (quant.cuh's
@@ -370,7 +367,7 @@ static __global__ void __launch_bounds__(S::NT, S::MINB) k_mmq(const struct mq_a
  * thread per output: grid-stride over nb x m.rows. */
 static __global__ void __launch_bounds__(256) k_mmq_reduce(const struct mq_args a)
 {
-        const size_t total = (size_t)a.nb * a.m.rows, stride = (size_t)a.nb * a.m.rows;
+        const size_t total = (size_t)a.nb * a.m.rows; /* also one split's stride */
 
         for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
              i += (size_t)gridDim.x * blockDim.x) {
@@ -381,7 +378,7 @@ static __global__ void __launch_bounds__(256) k_mmq_reduce(const struct mq_args 
                 float s = a.part[i];
 
                 for (int z = 1; z < a.nsplit; z++)
-                        s += a.part[i + (size_t)z * stride];
+                        s += a.part[i + (size_t)z * total];
                 float *yo = a.m.y[mi] + (size_t)c * a.m.ldy[mi] + row - a.m.r_base[mi];
                 *yo = a.m.add ? *yo + s : s;
         }
