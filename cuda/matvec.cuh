@@ -192,15 +192,84 @@ template <int T> struct mv_q_sel<T, true> : qt_wide<T> {
 template <int T, int NB> struct mv_q : mv_q_sel<T, NB <= MV_Q32_WIDE_NB> {
 };
 
+/* Whether k_matvec scales the weights before the products (mv_piece_direct) instead of
+ * the products' sums: Q8_0 from batch MV_DIRECT_NB on (knob for A/B builds; above 8:
+ * never). Same-run A/B (RESULTS.md): it gains where a piece's quants take more registers
+ * than its sums free (Q8_0 at batch 8), and loses for the 4-bit and K types, whose loops
+ * are bound by instructions a weight: the FMA a weight and row it adds costs more there
+ * than the registers it saves. */
+#ifndef MV_DIRECT_NB
+#define MV_DIRECT_NB 4
+#endif
+template <int T, int NB> struct mv_direct {
+        enum { V = NB >= MV_DIRECT_NB && T == M40_GGML_Q8_0 };
+};
+
+/* Piece p of R rows (already loaded) times NB columns, added to acc, where mv_direct
+ * says so: each run's weights are made whole first (w = d * v + m: one FMA per
+ * weight and row, whatever the batch), then multiplied into acc directly. Against
+ * mv_piece's per-group sums this holds R x NB fewer registers (no s[R][NB], no sum of
+ * x), which is what lets a warp take 4 rows at batch 8 (mv_rows) and so read each
+ * activation run once for 4 rows instead of 2. */
+template <int T, int NB, int R>
+M40_HD void mv_piece_direct(const typename mv_q<T, NB>::raw raw[R], int n_in, int p, const float *x,
+                            int ldx, int nb, float acc[R][NB])
+{
+        typedef mv_q<T, NB> Q;
+        enum { RPG = Q::NRUN / Q::NG }; /* runs per scale group */
+
+        M40_UNROLL
+        for (int g = 0; g < Q::NG; g++) {
+                float d[R], m[R];
+
+                M40_UNROLL
+                for (int r = 0; r < R; r++)
+                        Q::scale(raw[r], p, g, &d[r], &m[r]);
+                M40_UNROLL
+                for (int jj = 0; jj < RPG; jj++) {
+                        const int j = g * RPG + jj, xo = Q::xoff(p, j);
+                        float w[R][4];
+
+                        M40_UNROLL
+                        for (int r = 0; r < R; r++) { /* rows past nrows: see mv_rowp */
+                                Q::run(raw[r], p, j, w[r]);
+                                M40_UNROLL
+                                for (int i = 0; i < 4; i++)
+                                        w[r][i] = Q::XSUM ? fmaf(d[r], w[r][i], m[r])
+                                                          : d[r] * w[r][i];
+                        }
+                        M40_UNROLL
+                        for (int c = 0; c < NB; c++) {
+                                float xv[4];
+
+                                if (c >= nb) /* nb >= 1 */
+                                        break;
+                                load_x4<Q::TAIL>(x + c * ldx, xo, n_in, xv);
+                                M40_UNROLL
+                                for (int r = 0; r < R; r++)
+                                        M40_UNROLL
+                                for (int i = 0; i < 4; i++)
+                                        acc[r][c] = fmaf(w[r][i], xv[i], acc[r][c]);
+                        }
+                }
+        }
+}
+
 /* Piece p of R rows (already loaded) times NB columns, added to acc. Per scale group
  * g: s = sum v * x and, when the type needs it, xs = sum x; then acc += d * s + m * xs
- * (weight = d * v + m, quant.cuh). Activation runs are loaded once for all R rows. */
+ * (weight = d * v + m, quant.cuh). Activation runs are loaded once for all R rows.
+ * Where mv_direct says so: mv_piece_direct(). */
 template <int T, int NB, int R>
 M40_HD void mv_piece(const typename mv_q<T, NB>::raw raw[R], int n_in, int p, const float *x,
                      int ldx, int nb, float acc[R][NB])
 {
         typedef mv_q<T, NB> Q;
         enum { RPG = Q::NRUN / Q::NG }; /* runs per scale group */
+
+        if (mv_direct<T, NB>::V) {
+                mv_piece_direct<T, NB, R>(raw, n_in, p, x, ldx, nb, acc);
+                return;
+        }
 
         M40_UNROLL
         for (int g = 0; g < Q::NG; g++) {

@@ -130,13 +130,20 @@ static int launch_mv(const struct mv_args *a, int n, int sms, cudaStream_t strea
 #ifndef MV_R1_K
 #define MV_R1_K 4 /* the same for longer pieces (the K types) */
 #endif
+/* Rows per warp at batch 5..8 for pieces of at most 8 words when the weights are scaled
+ * before the products (mv_direct), whose sums then fit the registers of 4 rows (knob for
+ * A/B). */
+#ifndef MV_R8
+#define MV_R8 4
+#endif
 template <int T, int NB> struct mv_rows {
         enum { WORDS = sizeof(typename mv_q<T, NB>::raw) / 4 }; /* registers a piece holds */
         enum {
-                R = NB == 1                 ? (WORDS <= 8 ? MV_R1 : MV_R1_K)
-                    : NB <= 2               ? (WORDS <= 8 ? 4 : 2)
-                    : NB <= 4 && WORDS <= 4 ? 4
-                                            : 2
+                R = NB == 1                                        ? (WORDS <= 8 ? MV_R1 : MV_R1_K)
+                    : NB <= 2                                      ? (WORDS <= 8 ? 4 : 2)
+                    : NB <= 4 && WORDS <= 4                        ? 4
+                    : NB == 8 && mv_direct<T, NB>::V && WORDS <= 8 ? MV_R8
+                                                                   : 2
         };
 };
 

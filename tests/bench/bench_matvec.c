@@ -29,7 +29,13 @@ static const uint32_t types[BENCH_MV_TYPES] = {
         M40_GGML_F32,  M40_GGML_F16,  M40_GGML_BF16, M40_GGML_Q8_0, M40_GGML_Q4_0, M40_GGML_Q4_1,
         M40_GGML_Q5_0, M40_GGML_Q5_1, M40_GGML_Q4_K, M40_GGML_Q5_K, M40_GGML_Q6_K,
 };
-static const uint32_t batches[BENCH_MV_BATCHES] = {1, 8, 16, 32, 64};
+/* batch and kernel (1: m40_cuda_mmq) of each run */
+static const struct {
+        uint32_t batch;
+        int mmq;
+} runs[BENCH_MV_RUNS] = {
+        {1, 0}, {2, 0}, {2, 1}, {4, 0}, {4, 1}, {8, 0}, {8, 1}, {16, 1}, {32, 1}, {64, 1},
+};
 
 #define MAX_IN     14336
 #define MAX_OUT    128256
@@ -60,17 +66,16 @@ struct bufs {
 
 /* Issue n calls, rotating over copies, on b->s. */
 static int calls(const struct bufs *b, struct m40_cuda_matrix *w, size_t stride, int copies,
-                 int *next, uint32_t batch, int n)
+                 int *next, uint32_t batch, int mmq, int n)
 {
         for (int i = 0; i < n; i++) {
                 int r;
 
                 w->data = b->pool + (size_t)*next * stride;
                 *next = (*next + 1) % copies;
-                r = batch <= M40_CUDA_MATVEC_MAX_BATCH
-                            ? m40_cuda_matvec(w, b->x, MAX_IN, b->y, MAX_OUT, batch, b->s)
-                            : m40_cuda_mmq(w, 1, b->x, MAX_IN, &b->y, &(size_t){MAX_OUT}, batch,
-                                           false, b->part, PART_BYTES, b->s);
+                r = !mmq ? m40_cuda_matvec(w, b->x, MAX_IN, b->y, MAX_OUT, batch, b->s)
+                         : m40_cuda_mmq(w, 1, b->x, MAX_IN, &b->y, &(size_t){MAX_OUT}, batch, false,
+                                        b->part, PART_BYTES, b->s);
                 if (r < 0)
                         return r;
         }
@@ -78,14 +83,14 @@ static int calls(const struct bufs *b, struct m40_cuda_matrix *w, size_t stride,
 }
 
 static int timed(const struct bufs *b, struct m40_cuda_matrix *w, size_t stride, int copies,
-                 int *next, uint32_t batch, int n, double *ret_ms)
+                 int *next, uint32_t batch, int mmq, int n, double *ret_ms)
 {
         float ms = 0.0f;
         int r;
 
         if (cudaEventRecord(b->e0, b->s) != cudaSuccess)
                 return M40_ECUDA;
-        r = calls(b, w, stride, copies, next, batch, n);
+        r = calls(b, w, stride, copies, next, batch, mmq, n);
         if (r < 0)
                 return r;
         if (cudaEventRecord(b->e1, b->s) != cudaSuccess ||
@@ -97,7 +102,7 @@ static int timed(const struct bufs *b, struct m40_cuda_matrix *w, size_t stride,
 }
 
 static int measure(const struct bufs *b, uint32_t type, uint32_t n_in, uint32_t n_out,
-                   uint32_t batch, struct bench_mv_result *res, char *err, size_t errlen)
+                   uint32_t batch, int mmq, struct bench_mv_result *res, char *err, size_t errlen)
 {
         struct m40_cuda_matrix w = {NULL, type, n_in, n_out, 0};
         uint64_t rb = 0;
@@ -120,13 +125,13 @@ static int measure(const struct bufs *b, uint32_t type, uint32_t n_in, uint32_t 
                         m40_ggml_type_name(type), n_in, n_out, b->pool_bytes >> 20);
                 return -ENOMEM;
         }
-        r = calls(b, &w, stride, copies, &next, batch, 3);
+        r = calls(b, &w, stride, copies, &next, batch, mmq, 3);
         if (r == 0)
-                r = timed(b, &w, stride, copies, &next, batch, 5, &ms);
+                r = timed(b, &w, stride, copies, &next, batch, mmq, 5, &ms);
         if (r == 0) {
                 iters = (int)(TARGET_MS / (ms / 5.0 > 1e-4 ? ms / 5.0 : 1e-4));
                 iters = iters < 5 ? 5 : iters > 5000 ? 5000 : iters;
-                r = timed(b, &w, stride, copies, &next, batch, iters, &ms);
+                r = timed(b, &w, stride, copies, &next, batch, mmq, iters, &ms);
         }
         if (r < 0) {
                 set_err(err, errlen, "%s %ux%u batch %u: %s %s", m40_ggml_type_name(type), n_in,
@@ -137,7 +142,7 @@ static int measure(const struct bufs *b, uint32_t type, uint32_t n_in, uint32_t 
         res->n_out = n_out;
         res->type = type;
         res->batch = batch;
-        res->kernel = batch <= M40_CUDA_MATVEC_MAX_BATCH ? "matvec" : "mmq";
+        res->kernel = mmq ? "mmq" : "matvec";
         res->us = ms * 1e3 / iters;
         res->gbs = (double)bytes / (res->us * 1e-6) / 1e9;
         res->gflops = 2.0 * n_in * n_out * batch / (res->us * 1e-6) / 1e9;
@@ -194,9 +199,9 @@ int bench_matvec_run(struct m40_cuda_device *d, double copy_gbs, struct bench_mv
         }
         for (int s = 0; s < BENCH_MV_SHAPES && r == 0; s++)
                 for (int t = 0; t < BENCH_MV_TYPES && r == 0; t++)
-                        for (int k = 0; k < BENCH_MV_BATCHES && r == 0; k++) {
-                                r = measure(&b, types[t], shapes[s][0], shapes[s][1], batches[k],
-                                            &ret->r[ret->n], err, errlen);
+                        for (int k = 0; k < BENCH_MV_RUNS && r == 0; k++) {
+                                r = measure(&b, types[t], shapes[s][0], shapes[s][1], runs[k].batch,
+                                            runs[k].mmq, &ret->r[ret->n], err, errlen);
                                 if (r == 0)
                                         ret->n++;
                         }
@@ -205,11 +210,12 @@ int bench_matvec_run(struct m40_cuda_device *d, double copy_gbs, struct bench_mv
 }
 
 static const struct bench_mv_result *find(const struct bench_mv *b, int s, uint32_t type,
-                                          uint32_t batch)
+                                          uint32_t batch, int mmq)
 {
         for (int i = 0; i < b->n; i++)
                 if (b->r[i].n_in == shapes[s][0] && b->r[i].n_out == shapes[s][1] &&
-                    b->r[i].type == type && b->r[i].batch == batch)
+                    b->r[i].type == type && b->r[i].batch == batch &&
+                    !strcmp(b->r[i].kernel, mmq ? "mmq" : "matvec"))
                         return &b->r[i];
         return NULL;
 }
@@ -235,7 +241,7 @@ void bench_matvec_text(const struct bench_mv *b, FILE *f)
         for (int t = 0; t < BENCH_MV_TYPES; t++) {
                 fprintf(f, "%-6s", m40_ggml_type_name(types[t]));
                 for (int s = 0; s < BENCH_MV_SHAPES; s++) {
-                        const struct bench_mv_result *r = find(b, s, types[t], 1);
+                        const struct bench_mv_result *r = find(b, s, types[t], 1, 0);
 
                         if (r)
                                 fprintf(f, " %7.0f %5.2f", r->gbs, r->gbs / b->copy_gbs);
@@ -244,15 +250,16 @@ void bench_matvec_text(const struct bench_mv *b, FILE *f)
                 }
                 fprintf(f, "\n");
         }
-        for (int k = 1; k < BENCH_MV_BATCHES; k++) {
-                fprintf(f, "\nbatch %u (%s kernel): GFLOP/s (FP32 arithmetic)\n%-6s", batches[k],
-                        batches[k] <= M40_CUDA_MATVEC_MAX_BATCH ? "matvec" : "mmq", "type");
+        for (int k = 1; k < BENCH_MV_RUNS; k++) {
+                fprintf(f, "\nbatch %u (%s kernel): GFLOP/s (FP32 arithmetic)\n%-6s", runs[k].batch,
+                        runs[k].mmq ? "mmq" : "matvec", "type");
                 header(f);
                 fprintf(f, "\n");
                 for (int t = 0; t < BENCH_MV_TYPES; t++) {
                         fprintf(f, "%-6s", m40_ggml_type_name(types[t]));
                         for (int s = 0; s < BENCH_MV_SHAPES; s++) {
-                                const struct bench_mv_result *r = find(b, s, types[t], batches[k]);
+                                const struct bench_mv_result *r =
+                                        find(b, s, types[t], runs[k].batch, runs[k].mmq);
 
                                 fprintf(f, " %13.0f", r ? r->gflops : 0.0);
                         }

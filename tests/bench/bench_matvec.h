@@ -1,9 +1,11 @@
 /* tests/bench/bench_matvec.h - m40-bench's matrix-kernel benchmark (m40-bench --matvec).
  *
- * Owns timing m40_cuda_matmul() on the Llama-3-8B weight shapes for every weight type:
+ * Owns timing the matrix kernels on the Llama-3-8B weight shapes for every weight type:
  * at batch 1 the GB/s of weight bytes streamed (the decode roofline's numerator, to be
- * divided by the copy bandwidth), at batch 8, 32 and 64 the GFLOP/s (2 x n_in x n_out x
- * batch per call). Weights are rotated over enough copies that they never sit in L2. */
+ * divided by the copy bandwidth), at batches 2..64 the GFLOP/s (2 x n_in x n_out x batch
+ * per call): m40_cuda_matvec() at 1..8, m40_cuda_mmq() at 2..64 (both at 2, 4 and 8,
+ * the batches where the engine could take either). Weights are rotated over enough copies
+ * that they never sit in L2. */
 #ifndef M40_BENCH_MATVEC_H
 #define M40_BENCH_MATVEC_H
 
@@ -12,9 +14,9 @@
 
 struct m40_cuda_device;
 
-#define BENCH_MV_SHAPES  5
-#define BENCH_MV_TYPES   11
-#define BENCH_MV_BATCHES 5
+#define BENCH_MV_SHAPES 5
+#define BENCH_MV_TYPES  11
+#define BENCH_MV_RUNS   10 /* (batch, kernel) pairs per shape and type */
 
 struct bench_mv_result {
         uint32_t n_in, n_out, type, batch;
@@ -25,7 +27,7 @@ struct bench_mv_result {
 };
 
 struct bench_mv {
-        struct bench_mv_result r[BENCH_MV_SHAPES * BENCH_MV_TYPES * BENCH_MV_BATCHES];
+        struct bench_mv_result r[BENCH_MV_SHAPES * BENCH_MV_TYPES * BENCH_MV_RUNS];
         int n;
         double copy_gbs; /* what fractions are of */
 };
