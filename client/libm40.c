@@ -5,7 +5,12 @@
  * event frees its ring slot and wakes a daemon that waits for room (m40/proto.h,
  * backpressure), so a client that reads slowly only slows its own requests. Three locks
  * make a connection thread-safe: sub_lock serialises the submission side (ring and
- * payload), ev_lock the event side, sock_lock the control socket. */
+ * payload), ev_lock the event side, sock_lock the control socket.
+ *
+ * The control socket is non-blocking: every exchange on it (connect, handshake, STATUS)
+ * waits with poll() for at most the connection's timeout, so a stopped daemon yields
+ * -ETIMEDOUT instead of a hang. The region the daemon hands over is checked before it is
+ * mapped: a sealed memfd (it cannot shrink later) at least as large as announced. */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -17,6 +22,7 @@
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -35,7 +41,9 @@ struct m40_client {
         pthread_mutex_t sub_lock, ev_lock, sock_lock;
         uint32_t sub_tail, payload_tail, ev_head; /* our private copies of what we write */
         uint64_t next_id;
-        bool dead; /* the daemon hung up (atomic: set by the event side) */
+        int timeout_ms;    /* limit of one control exchange; < 0: none */
+        uint32_t ctl_owed; /* bytes of a timed-out STATUS reply still to skip */
+        bool dead;         /* the daemon hung up (atomic: set by the event side) */
 };
 
 static uint32_t load_acq(const struct m40_proto_ctl *c)
@@ -56,52 +64,106 @@ static uint64_t now_ns(void)
         return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static int write_all(int fd, const void *buf, size_t n)
+/* The deadline of an exchange that starts now: 0 for none. */
+static uint64_t deadline_in(int timeout_ms)
+{
+        return timeout_ms < 0 ? 0 : now_ns() + (uint64_t)timeout_ms * 1000000u;
+}
+
+/* Waits until fd is ready for events or the deadline (0: none) passes. Returns 0 or
+ * -ETIMEDOUT; a signal only restarts the wait. */
+static int wait_fd(int fd, short events, uint64_t deadline)
+{
+        for (;;) {
+                struct pollfd p = {.fd = fd, .events = events};
+                int ms = -1, k;
+
+                if (deadline) {
+                        uint64_t t = now_ns();
+
+                        if (t >= deadline)
+                                return -ETIMEDOUT;
+                        ms = (int)((deadline - t + 999999u) / 1000000u);
+                }
+                k = poll(&p, 1, ms);
+                if (k > 0)
+                        return 0;
+                if (k < 0 && errno != EINTR)
+                        return -errno;
+        }
+}
+
+static int sock_error(void)
+{
+        return errno == ECONNRESET ? -EPIPE : -errno;
+}
+
+static int write_all(int fd, const void *buf, size_t n, uint64_t deadline)
 {
         const char *p = buf;
 
         while (n) {
                 ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
+                int r;
 
                 if (k < 0 && errno == EINTR)
                         continue;
+                if (k < 0 && errno == EAGAIN) {
+                        r = wait_fd(fd, POLLOUT, deadline);
+                        if (r)
+                                return r;
+                        continue;
+                }
                 if (k < 0)
-                        return errno == ECONNRESET ? -EPIPE : -errno;
+                        return sock_error();
                 p += k;
                 n -= (size_t)k;
         }
         return 0;
 }
 
-static int read_all(int fd, void *buf, size_t n)
+/* Reads n bytes into buf (NULL: discards them); *done counts the bytes read, also when it
+ * fails. */
+static int read_all(int fd, void *buf, size_t n, uint64_t deadline, size_t *done)
 {
-        char *p = buf;
+        char *p = buf, sink[256];
 
-        while (n) {
-                ssize_t k = recv(fd, p, n, 0);
+        *done = 0;
+        while (*done < n) {
+                size_t want = n - *done;
+                ssize_t k;
+                int r;
 
+                if (!buf && want > sizeof(sink))
+                        want = sizeof(sink);
+                k = recv(fd, buf ? p + *done : sink, want, 0);
                 if (k < 0 && errno == EINTR)
                         continue;
+                if (k < 0 && errno == EAGAIN) {
+                        r = wait_fd(fd, POLLIN, deadline);
+                        if (r)
+                                return r;
+                        continue;
+                }
                 if (k < 0)
-                        return errno == ECONNRESET ? -EPIPE : -errno;
+                        return sock_error();
                 if (k == 0)
                         return -EPIPE;
-                p += k;
-                n -= (size_t)k;
+                *done += (size_t)k;
         }
         return 0;
 }
 
-static int send_msg(int fd, uint32_t type, const void *body, uint32_t len)
+static int send_msg(int fd, uint32_t type, const void *body, uint32_t len, uint64_t deadline)
 {
         struct m40_proto_msg m = {.type = type, .len = len};
-        int r = write_all(fd, &m, sizeof(m));
+        int r = write_all(fd, &m, sizeof(m), deadline);
 
-        return r ? r : write_all(fd, body, len);
+        return r ? r : write_all(fd, body, len, deadline);
 }
 
 /* Reads the WELCOME message and its three descriptors. */
-static int recv_welcome(struct m40_client *c)
+static int recv_welcome(struct m40_client *c, uint64_t deadline)
 {
         struct {
                 struct m40_proto_msg m;
@@ -117,14 +179,22 @@ static int recv_welcome(struct m40_client *c)
                             .msg_control = ctl.b,
                             .msg_controllen = sizeof(ctl.b)};
         struct cmsghdr *cm;
-        int fds[3] = {-1, -1, -1}, nfds = 0;
+        int fds[3] = {-1, -1, -1}, nfds = 0, r;
+        size_t rest;
         ssize_t k;
 
-        do
-                k = recvmsg(c->sock, &mh, MSG_CMSG_CLOEXEC | MSG_WAITALL);
-        while (k < 0 && errno == EINTR);
+        for (;;) {
+                k = recvmsg(c->sock, &mh, MSG_CMSG_CLOEXEC);
+                if (k >= 0 || (errno != EINTR && errno != EAGAIN))
+                        break;
+                if (errno == EAGAIN) {
+                        r = wait_fd(c->sock, POLLIN, deadline);
+                        if (r)
+                                return r;
+                }
+        }
         if (k < 0)
-                return -errno;
+                return sock_error();
         for (cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
                 if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
                         size_t n = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
@@ -145,8 +215,12 @@ static int recv_welcome(struct m40_client *c)
         c->bell_in = fds[2];
         if (k == 0)
                 return -EPIPE;
-        if ((size_t)k != sizeof(buf) || buf.m.type != M40_PROTO_WELCOME ||
-            buf.m.len != sizeof(buf.w) || (mh.msg_flags & MSG_CTRUNC))
+        /* the descriptors came with the first byte; the rest may come later */
+        r = read_all(c->sock, (char *)&buf + k, sizeof(buf) - (size_t)k, deadline, &rest);
+        if (r)
+                return r;
+        if (buf.m.type != M40_PROTO_WELCOME || buf.m.len != sizeof(buf.w) ||
+            (mh.msg_flags & MSG_CTRUNC))
                 return M40_EPROTO;
         if (buf.w.status < 0)
                 return buf.w.status;
@@ -160,6 +234,9 @@ static int recv_welcome(struct m40_client *c)
 static int map_region(struct m40_client *c)
 {
         const struct m40_proto_welcome *w = &c->w;
+        const int need_seals = F_SEAL_SHRINK;
+        struct stat st;
+        int seals;
         uint64_t sub_end = (uint64_t)w->sub_off + (uint64_t)w->sub_entries * sizeof(*c->sub);
         uint64_t ev_end = (uint64_t)w->ev_off + (uint64_t)w->ev_entries * sizeof(*c->ev);
         uint64_t pl_end = (uint64_t)w->payload_off + w->payload_bytes;
@@ -173,6 +250,14 @@ static int map_region(struct m40_client *c)
             ev_end > w->region_bytes || pl_end > w->region_bytes ||
             w->sub_off < sizeof(struct m40_proto_region) ||
             w->max_request_bytes > w->payload_bytes / 2)
+                return M40_EPROTO;
+        /* a memfd that cannot shrink and holds region_bytes: else a touch past its end (now
+         * or after the daemon truncates it) would raise SIGBUS here */
+        if (fstat(c->region_fd, &st))
+                return -errno;
+        seals = fcntl(c->region_fd, F_GET_SEALS);
+        if (!S_ISREG(st.st_mode) || st.st_size < (off_t)w->region_bytes || seals < 0 ||
+            (seals & need_seals) != need_seals)
                 return M40_EPROTO;
         p = mmap(NULL, w->region_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, c->region_fd, 0);
         if (p == MAP_FAILED)
@@ -205,10 +290,33 @@ static int setup_epoll(struct m40_client *c)
         return 0;
 }
 
+/* Connects the non-blocking c->sock to sa; a full listen backlog (a daemon that does not
+ * accept) is retried until the deadline. */
+static int connect_by(struct m40_client *c, const struct sockaddr_un *sa, uint64_t deadline)
+{
+        for (;;) {
+                if (!connect(c->sock, (const struct sockaddr *)sa, sizeof(*sa)))
+                        return 0;
+                if (errno == EINPROGRESS)
+                        return wait_fd(c->sock, POLLOUT, deadline);
+                if (errno != EAGAIN && errno != EINTR)
+                        return -errno;
+                if (deadline && now_ns() >= deadline)
+                        return -ETIMEDOUT;
+                usleep(10000);
+        }
+}
+
 int m40_client_connect(const char *path, struct m40_client **ret_client)
+{
+        return m40_client_connect_timeout(path, M40_DEFAULT_TIMEOUT_MS, ret_client);
+}
+
+int m40_client_connect_timeout(const char *path, int timeout_ms, struct m40_client **ret_client)
 {
         struct m40_proto_hello h = {.magic = M40_PROTO_MAGIC, .version = M40_PROTO_VERSION};
         struct sockaddr_un sa = {.sun_family = AF_UNIX};
+        uint64_t deadline = deadline_in(timeout_ms);
         struct m40_client *c;
         int r;
 
@@ -218,6 +326,8 @@ int m40_client_connect(const char *path, struct m40_client **ret_client)
                 path = M40_DEFAULT_SOCKET;
         if (strlen(path) >= sizeof(sa.sun_path))
                 return -ENAMETOOLONG;
+        if (!timeout_ms)
+                return -EINVAL;
         strcpy(sa.sun_path, path);
         c = calloc(1, sizeof(*c));
         if (!c)
@@ -227,18 +337,25 @@ int m40_client_connect(const char *path, struct m40_client **ret_client)
         pthread_mutex_init(&c->ev_lock, NULL);
         pthread_mutex_init(&c->sock_lock, NULL);
         c->next_id = 1;
-        c->sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        c->timeout_ms = timeout_ms;
+        c->sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
         if (c->sock < 0) {
                 r = -errno;
                 goto fail;
         }
-        if (connect(c->sock, (struct sockaddr *)&sa, sizeof(sa))) {
-                r = -errno;
+        r = connect_by(c, &sa, deadline);
+        if (r)
                 goto fail;
+        r = send_msg(c->sock, M40_PROTO_HELLO, &h, sizeof(h), deadline);
+        if (r == -EPIPE) {
+                /* a refusing daemon may close before our HELLO: its answer is still queued */
+                int why = recv_welcome(c, deadline);
+
+                if (why < 0 && why != -EPIPE && why != -ETIMEDOUT)
+                        r = why;
+        } else if (!r) {
+                r = recv_welcome(c, deadline);
         }
-        r = send_msg(c->sock, M40_PROTO_HELLO, &h, sizeof(h));
-        if (!r)
-                r = recv_welcome(c);
         if (!r)
                 r = map_region(c);
         if (!r)
@@ -549,20 +666,47 @@ int m40_client_fd(struct m40_client *c)
         return c->epfd;
 }
 
+int m40_client_set_timeout(struct m40_client *c, int timeout_ms)
+{
+        if (!timeout_ms)
+                return -EINVAL;
+        pthread_mutex_lock(&c->sock_lock);
+        c->timeout_ms = timeout_ms;
+        pthread_mutex_unlock(&c->sock_lock);
+        return 0;
+}
+
+size_t m40_client_max_request_bytes(const struct m40_client *c)
+{
+        return c->w.max_request_bytes;
+}
+
 int m40_client_status(struct m40_client *c, struct m40_status *ret_status)
 {
+        const uint32_t whole = sizeof(struct m40_proto_msg) + sizeof(struct m40_proto_status);
+        uint64_t deadline = deadline_in(c->timeout_ms);
         struct m40_proto_msg m;
         struct m40_proto_status s;
+        size_t got = 0, got_body = 0;
         int r;
 
         pthread_mutex_lock(&c->sock_lock);
-        r = send_msg(c->sock, M40_PROTO_STATUS_REQ, NULL, 0);
-        if (!r)
-                r = read_all(c->sock, &m, sizeof(m));
+        /* the rest of a reply that came too late for an earlier call */
+        r = read_all(c->sock, NULL, c->ctl_owed, deadline, &got);
+        c->ctl_owed -= (uint32_t)got;
+        if (r)
+                goto unlock;
+        r = send_msg(c->sock, M40_PROTO_STATUS_REQ, NULL, 0, deadline);
+        if (r)
+                goto unlock; /* a partial STATUS_REQ breaks the stream: the daemon hangs up */
+        r = read_all(c->sock, &m, sizeof(m), deadline, &got);
         if (!r && (m.type != M40_PROTO_STATUS || m.len != sizeof(s)))
                 r = M40_EPROTO;
         if (!r)
-                r = read_all(c->sock, &s, sizeof(s));
+                r = read_all(c->sock, &s, sizeof(s), deadline, &got_body);
+        if (r == -ETIMEDOUT)
+                c->ctl_owed = whole - (uint32_t)(got + got_body);
+unlock:
         pthread_mutex_unlock(&c->sock_lock);
         if (r)
                 return r;

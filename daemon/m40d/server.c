@@ -147,11 +147,18 @@ void m40d_server_close_listener(struct m40d_server *srv)
         srv->lfd = -1;
 }
 
+/* refuse - answers a refusal and ends our side of the stream, so the client reads it
+ * after EOF; what the client already sent is read away, so closing resets nothing. The
+ * caller closes fd. */
 static void refuse(int fd, int status)
 {
         struct m40_proto_welcome w = {.status = status, .version = M40_PROTO_VERSION};
+        char sink[256];
 
         m40_ipc_send(fd, M40_PROTO_WELCOME, &w, sizeof(w), NULL, 0);
+        shutdown(fd, SHUT_WR);
+        for (int i = 0; i < 16 && recv(fd, sink, sizeof(sink), MSG_DONTWAIT) > 0; i++) {
+        }
 }
 
 static void on_accept(struct m40d_server *srv)

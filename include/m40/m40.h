@@ -10,7 +10,16 @@
  *
  * Every function returns 0 (or a count) on success and a negative code on failure: -errno
  * or a project code from m40/error.h; m40_strerror() describes either. Output parameters
- * named ret_* are written only on success. The library never prints. */
+ * named ret_* are written only on success. The library never prints.
+ *
+ * Timeouts: every exchange on the control socket - connecting, the handshake, STATUS -
+ * takes at most the connection's timeout (M40_DEFAULT_TIMEOUT_MS unless set with
+ * m40_client_connect_timeout() or m40_client_set_timeout()) and fails with -ETIMEDOUT when
+ * the daemon stays silent that long (stopped, hung, or still loading its model when
+ * socket-activated). Events have no such limit: a request may wait in the daemon's queue
+ * for long. A client that waits for events and wants to tell a stopped daemon from a busy
+ * one calls m40_client_status() after a silence: a running daemon answers it within the
+ * timeout (m40ctl does this). */
 #ifndef M40_M40_H
 #define M40_M40_H
 
@@ -24,8 +33,9 @@
 extern "C" {
 #endif
 
-#define M40_DEFAULT_SOCKET "/run/m40d/m40d.sock"
-#define M40_TEXT_MAX       96 /* bytes of text in one event */
+#define M40_DEFAULT_SOCKET     "/run/m40d/m40d.sock"
+#define M40_TEXT_MAX           96    /* bytes of text in one event */
+#define M40_DEFAULT_TIMEOUT_MS 30000 /* limit of one control exchange (see above) */
 
 struct m40_client;
 
@@ -121,6 +131,20 @@ struct m40_status {
  * M40_EPROTO on a malformed answer, or -errno. */
 int m40_client_connect(const char *path, struct m40_client **ret_client);
 
+/* m40_client_connect_timeout - m40_client_connect() with the connection's timeout in
+ * milliseconds (< 0: none), which bounds the connect and handshake and stays for later
+ * control exchanges. Returns what m40_client_connect() does, -ETIMEDOUT when the daemon did
+ * not answer in time, -EINVAL for a timeout of 0. */
+int m40_client_connect_timeout(const char *path, int timeout_ms, struct m40_client **ret_client);
+
+/* m40_client_set_timeout - sets c's timeout for later control exchanges (milliseconds; <
+ * 0: none). Returns 0, or -EINVAL for 0. */
+int m40_client_set_timeout(struct m40_client *c, int timeout_ms);
+
+/* m40_client_max_request_bytes - the most bytes one request may carry (prompt, messages
+ * and stop strings as encoded; the daemon's max_prompt_bytes); larger ones get -E2BIG. */
+size_t m40_client_max_request_bytes(const struct m40_client *c);
+
 /* m40_client_disconnect - close the connection (the daemon cancels its requests) and free
  * c. Accepts NULL; returns NULL. No other thread may use c during or after the call. */
 struct m40_client *m40_client_disconnect(struct m40_client *c);
@@ -152,8 +176,9 @@ int m40_client_next(struct m40_client *c, int timeout_ms, struct m40_reply *ret)
  * returns -EAGAIN, which re-arms it. Owned by c. */
 int m40_client_fd(struct m40_client *c);
 
-/* m40_client_status - ask the daemon for its state. Returns 0 and fills *ret_status, or
- * -EPIPE/-errno, M40_EPROTO. */
+/* m40_client_status - ask the daemon for its state. Returns 0 and fills *ret_status;
+ * -ETIMEDOUT when the daemon did not answer within c's timeout (a later call first skips
+ * the late answer); -EPIPE/-errno, M40_EPROTO. */
 int m40_client_status(struct m40_client *c, struct m40_status *ret_status);
 
 /* m40_finish_name - "length", "eos", "stop", "cancel", "context", "kv", or "?". */
