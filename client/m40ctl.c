@@ -1,8 +1,86 @@
-/* m40ctl.c - the m40-llm command-line tool: dispatches to a subcommand. */
+/* m40ctl.c - the m40-llm command-line tool: dispatches to a subcommand; the helpers the
+ * subcommands share (checked option values, connecting with a timeout). */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "m40/m40.h"
 #include "m40ctl.h"
+
+int m40ctl_opt_num(const char *cmd, const char *name, const char *arg, double lo, double hi,
+                   bool integer, double *ret)
+{
+        char *end;
+        double v;
+
+        errno = 0;
+        v = strtod(arg, &end);
+        if (*arg && !*end && !errno && isfinite(v) && v >= lo && v <= hi &&
+            (!integer || v == floor(v))) {
+                *ret = v;
+                return 0;
+        }
+        fprintf(stderr, "m40ctl %s: %s wants %s from %.15g to %.15g, not '%s'\n", cmd, name,
+                integer ? "an integer" : "a number", lo, hi, arg);
+        return -EINVAL;
+}
+
+int m40ctl_opt_u64(const char *cmd, const char *name, const char *arg, uint64_t *ret)
+{
+        const char *p = arg;
+        char *end;
+        unsigned long long v;
+
+        while (*p == ' ' || *p == '\t')
+                p++;
+        errno = 0;
+        v = strtoull(p, &end, 0);
+        if (*p && *p != '-' && *p != '+' && !*end && !errno) {
+                *ret = v;
+                return 0;
+        }
+        fprintf(stderr, "m40ctl %s: %s wants an integer from 0 to %" PRIu64 ", not '%s'\n", cmd,
+                name, UINT64_MAX, arg);
+        return -EINVAL;
+}
+
+int m40ctl_opt_timeout(const char *cmd, const char *arg, int *ret_ms)
+{
+        double v;
+
+        if (m40ctl_opt_num(cmd, "--timeout", arg, 0, 86400, false, &v))
+                return -EINVAL;
+        *ret_ms = v > 0 ? (int)ceil(v * 1000) : -1;
+        return 0;
+}
+
+void m40ctl_say_unreachable(const char *cmd, const char *sock, int timeout_ms, int err)
+{
+        if (!sock)
+                sock = getenv("M40_SOCKET");
+        if (!sock || !*sock)
+                sock = M40_DEFAULT_SOCKET;
+        if (err == -ETIMEDOUT)
+                fprintf(stderr,
+                        "m40ctl %s: m40d did not answer within %g s (at %s; stopped, hung or "
+                        "still loading its model? --timeout sets the limit)\n",
+                        cmd, timeout_ms / 1000.0, sock);
+        else
+                fprintf(stderr, "m40ctl %s: cannot reach m40d at %s: %s\n", cmd, sock,
+                        m40_strerror(err));
+}
+
+int m40ctl_connect(const char *cmd, const char *sock, int timeout_ms, struct m40_client **ret)
+{
+        int r = m40_client_connect_timeout(sock, timeout_ms, ret);
+
+        if (r)
+                m40ctl_say_unreachable(cmd, sock, timeout_ms, r);
+        return r;
+}
 
 static void usage(FILE *f)
 {

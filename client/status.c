@@ -10,13 +10,15 @@
 
 static void usage(FILE *f)
 {
-        fputs("Usage: m40ctl status [--json] [--socket PATH]\n"
+        fputs("Usage: m40ctl status [--json] [--socket PATH] [--timeout S]\n"
               "\n"
               "Asks m40d for its model, backend, clients, running and queued requests, KV\n"
               "cache use (pages, tokens and MiB) and generation speed.\n"
               "\n"
               "  --json         Print one JSON object.\n"
               "  --socket PATH  m40d's socket (default $M40_SOCKET or /run/m40d/m40d.sock).\n"
+              "  --timeout S    Give up when m40d does not answer within S seconds\n"
+              "                 (default 30; 0: wait forever).\n"
               "\n"
               "Exit status: 0 done; 2 bad command line; 3 m40d unreachable.\n",
               f);
@@ -26,6 +28,7 @@ int m40ctl_status(int argc, char **argv)
 {
         static const struct option opts[] = {{"json", no_argument, 0, 'j'},
                                              {"socket", required_argument, 0, 's'},
+                                             {"timeout", required_argument, 0, 't'},
                                              {"help", no_argument, 0, 'h'},
                                              {0, 0, 0, 0}};
         struct m40_client *cl;
@@ -33,13 +36,16 @@ int m40ctl_status(int argc, char **argv)
         const char *sock = NULL;
         unsigned long long tok_used, tok_total, bytes_used, bytes_total;
         bool json = false;
-        int c, r;
+        int c, r, timeout_ms = M40_DEFAULT_TIMEOUT_MS;
 
         while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
                 if (c == 'j') {
                         json = true;
                 } else if (c == 's') {
                         sock = optarg;
+                } else if (c == 't') {
+                        if (m40ctl_opt_timeout("status", optarg, &timeout_ms))
+                                return M40CTL_EXIT_USAGE;
                 } else if (c == 'h') {
                         usage(stdout);
                         return M40CTL_EXIT_OK;
@@ -52,13 +58,13 @@ int m40ctl_status(int argc, char **argv)
                 usage(stderr);
                 return M40CTL_EXIT_USAGE;
         }
-        r = m40_client_connect(sock, &cl);
-        if (!r) {
-                r = m40_client_status(cl, &st);
-                m40_client_disconnect(cl);
-        }
+        r = m40ctl_connect("status", sock, timeout_ms, &cl);
+        if (r)
+                return M40CTL_EXIT_UNREACHABLE;
+        r = m40_client_status(cl, &st);
+        m40_client_disconnect(cl);
         if (r) {
-                fprintf(stderr, "m40ctl status: cannot reach m40d: %s\n", m40_strerror(r));
+                m40ctl_say_unreachable("status", sock, timeout_ms, r);
                 return M40CTL_EXIT_UNREACHABLE;
         }
         tok_used = (unsigned long long)st.kv_pages_used * st.kv_page_tokens;

@@ -1,5 +1,8 @@
 /* submit.c - `m40ctl submit` (one prompt, streamed to stdout) and `m40ctl run` (an
- * interactive chat with history), both over libm40. Ctrl-C cancels the running request. */
+ * interactive chat with history), both over libm40. Ctrl-C cancels the running request.
+ * While a request waits for events, m40d's silence longer than --timeout is checked with a
+ * STATUS exchange: a busy daemon answers it, a stopped one ends the command with "did not
+ * answer". */
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
@@ -7,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "m40/m40.h"
@@ -14,6 +18,10 @@
 
 #define MAX_STDIN_PROMPT (16u << 20)
 #define MAX_HISTORY      256
+#define MAX_TOKENS       (1 << 20) /* --max-tokens; the daemon has its own, lower limit */
+#define MAX_TOP_K        (1 << 20)
+#define M40_MAX_STOPS    8 /* m40/m40.h: struct m40_request.stop */
+#define M40_MAX_STOP_LEN 64
 
 static volatile sig_atomic_t interrupted;
 
@@ -52,23 +60,17 @@ void m40ctl_json_str(FILE *f, const char *s, size_t n)
         fputc('"', f);
 }
 
-static int connect_or_say(const char *sock, struct m40_client **ret)
+static int connect_or_say(const char *cmd, const char *sock, int timeout_ms,
+                          struct m40_client **ret)
 {
-        int r = m40_client_connect(sock, ret);
+        int r = m40ctl_connect(cmd, sock, timeout_ms, ret);
 
-        if (r) {
-                fprintf(stderr, "m40ctl: cannot connect to m40d at %s: %s\n",
-                        sock                   ? sock
-                        : getenv("M40_SOCKET") ? getenv("M40_SOCKET")
-                                               : M40_DEFAULT_SOCKET,
-                        m40_strerror(r));
+        if (r)
                 return r == -ENOMEM ? M40CTL_EXIT_FAIL : M40CTL_EXIT_UNREACHABLE;
-        }
         return 0;
 }
 
-/* Options shared by submit and run: sampling, limits, socket. Returns 1 when opt was one
- * of them, 0 when not, -1 for a bad value. */
+/* Options shared by submit and run: sampling, limits, socket, timeout. */
 enum {
         O_TEMP = 256,
         O_TOPK,
@@ -82,6 +84,7 @@ enum {
         O_IGNORE_EOS,
         O_SYSTEM,
         O_CHAT,
+        O_TIMEOUT,
 };
 
 #define COMMON_OPTS                                                                                \
@@ -93,61 +96,74 @@ enum {
                 {"socket", required_argument, 0, O_SOCKET},                                        \
                 {"ignore-eos", no_argument, 0, O_IGNORE_EOS},                                      \
                 {"system", required_argument, 0, O_SYSTEM},                                        \
+                {"timeout", required_argument, 0, O_TIMEOUT},                                      \
         {                                                                                          \
                 "help", no_argument, 0, 'h'                                                        \
         }
 
 struct common {
+        const char *cmd; /* "submit" or "run", for messages */
         struct m40_request rq;
-        const char *stop[8];
+        const char *stop[M40_MAX_STOPS];
         const char *sock, *system;
+        int timeout_ms; /* -1: none */
 };
 
-static int num(const char *s, double lo, double hi, double *out)
+/* Reads a float option within [lo, hi] into *dst and marks it set. Returns 1, or -1. */
+static int float_opt(struct common *c, const char *name, const char *arg, double lo, double hi,
+                     uint32_t set, float *dst)
 {
-        char *end;
         double v;
 
-        errno = 0;
-        v = strtod(s, &end);
-        if (!*s || *end || errno || v < lo || v > hi)
+        if (m40ctl_opt_num(c->cmd, name, arg, lo, hi, false, &v))
                 return -1;
-        *out = v;
-        return 0;
+        c->rq.set |= set;
+        *dst = (float)v;
+        return 1;
 }
 
+/* Returns 1 when opt was one of the shared options, 0 when not, -1 for a bad value (said
+ * on stderr). */
 static int common_opt(struct common *c, int opt, const char *arg)
 {
         double v;
 
         switch (opt) {
         case 'n':
-                if (num(arg, 1, 1 << 20, &v))
+                if (m40ctl_opt_num(c->cmd, "-n/--max-tokens", arg, 1, MAX_TOKENS, true, &v))
                         return -1;
                 c->rq.max_tokens = (uint32_t)v;
                 return 1;
         case O_TEMP:
-                c->rq.set |= M40_SET_TEMPERATURE;
-                return num(arg, 0, 100, &v) ? -1 : (c->rq.temperature = (float)v, 1);
+                return float_opt(c, "--temp", arg, 0, 100, M40_SET_TEMPERATURE, &c->rq.temperature);
         case O_TOPK:
-                c->rq.set |= M40_SET_TOP_K;
-                return num(arg, 0, 1 << 20, &v) ? -1 : (c->rq.top_k = (int32_t)v, 1);
-        case O_TOPP:
-                c->rq.set |= M40_SET_TOP_P;
-                return num(arg, 0, 1, &v) ? -1 : (c->rq.top_p = (float)v, 1);
-        case O_MINP:
-                c->rq.set |= M40_SET_MIN_P;
-                return num(arg, 0, 1, &v) ? -1 : (c->rq.min_p = (float)v, 1);
-        case O_REP:
-                c->rq.set |= M40_SET_REPEAT_PENALTY;
-                return num(arg, 0.01, 100, &v) ? -1 : (c->rq.repeat_penalty = (float)v, 1);
-        case O_SEED:
-                c->rq.set |= M40_SET_SEED;
-                c->rq.seed = strtoull(arg, NULL, 0);
-                return 1;
-        case O_STOP:
-                if (c->rq.n_stop == 8 || !*arg || strlen(arg) > 64)
+                if (m40ctl_opt_num(c->cmd, "--top-k", arg, 0, MAX_TOP_K, true, &v))
                         return -1;
+                c->rq.set |= M40_SET_TOP_K;
+                c->rq.top_k = (int32_t)v;
+                return 1;
+        case O_TOPP:
+                return float_opt(c, "--top-p", arg, 0, 1, M40_SET_TOP_P, &c->rq.top_p);
+        case O_MINP:
+                return float_opt(c, "--min-p", arg, 0, 1, M40_SET_MIN_P, &c->rq.min_p);
+        case O_REP:
+                return float_opt(c, "--repeat-penalty", arg, 0.01, 100, M40_SET_REPEAT_PENALTY,
+                                 &c->rq.repeat_penalty);
+        case O_SEED:
+                if (m40ctl_opt_u64(c->cmd, "--seed", arg, &c->rq.seed))
+                        return -1;
+                c->rq.set |= M40_SET_SEED;
+                return 1;
+        case O_TIMEOUT:
+                return m40ctl_opt_timeout(c->cmd, arg, &c->timeout_ms) ? -1 : 1;
+        case O_STOP:
+                if (c->rq.n_stop == M40_MAX_STOPS || !*arg || strlen(arg) > M40_MAX_STOP_LEN) {
+                        fprintf(stderr,
+                                "m40ctl %s: --stop takes 1 to %d bytes, at most %d times; not "
+                                "'%s'\n",
+                                c->cmd, M40_MAX_STOP_LEN, M40_MAX_STOPS, arg);
+                        return -1;
+                }
                 c->stop[c->rq.n_stop++] = arg;
                 c->rq.stop = c->stop;
                 return 1;
@@ -165,14 +181,22 @@ static int common_opt(struct common *c, int opt, const char *arg)
 }
 
 static const char common_help[] =
-        "  -n, --max-tokens N    Generate at most N tokens (default: the daemon's).\n"
-        "      --temp T          Temperature; 0 is greedy (default: the daemon's).\n"
-        "      --top-k K, --top-p P, --min-p P, --repeat-penalty R, --seed S\n"
-        "                        Other sampling settings (default: the daemon's).\n"
+        "  -n, --max-tokens N    Generate at most N tokens, 1..1048576 (default: the\n"
+        "                        daemon's).\n"
+        "      --temp T          Temperature 0..100; 0 is greedy (default: the daemon's).\n"
+        "      --top-k K         Sample from the K likeliest tokens, 0..1048576 (0: off).\n"
+        "      --top-p P         Nucleus sampling, 0..1 (1: off).\n"
+        "      --min-p P         Drop tokens below P x the likeliest one's, 0..1 (0: off).\n"
+        "      --repeat-penalty R  0.01..100 (1: off).\n"
+        "      --seed S          Sampling seed, 0..2^64-1.\n"
+        "                        (Sampling defaults: m40d.ini's [sampling].)\n"
         "      --stop STR        Stop when STR appears (up to 8, 64 bytes each).\n"
         "      --ignore-eos      Keep generating past the model's end of text.\n"
         "      --system TEXT     A system message (chat).\n"
         "      --socket PATH     m40d's socket (default $M40_SOCKET or /run/m40d/m40d.sock).\n"
+        "      --timeout S       Give up when m40d stays silent S seconds and does not\n"
+        "                        answer a status request either (default 30; 0: never).\n"
+        "                        A long reply that keeps streaming never times out.\n"
         "  -h, --help            Show this text.\n"
         "\n"
         "Exit status: 0 done; 1 failure; 2 bad command line; 3 m40d unreachable;\n"
@@ -227,19 +251,44 @@ static int reply_add(struct reply *rp, const struct m40_reply *ev)
         return 0;
 }
 
-/* Streams request id's text to out (when not NULL) until its last event, cancelling it on
- * Ctrl-C. Returns an exit code; the final event is in rp->last. */
-static int stream(struct m40_client *cl, uint64_t id, FILE *out, struct reply *rp)
+static uint64_t now_ms(void)
 {
+        struct timespec ts;
+
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* Streams request id's text to out (when not NULL) until its last event, cancelling it on
+ * Ctrl-C. After c->timeout_ms without an event, asks m40d for its status: a daemon that
+ * answers is busy (the request waits its turn), one that does not ends the stream. Returns
+ * an exit code: M40CTL_EXIT_REJECTED for an ERROR event, which is left in rp->last with the
+ * final DONE (the caller says why). */
+static int stream(struct m40_client *cl, const struct common *c, uint64_t id, FILE *out,
+                  struct reply *rp)
+{
+        uint64_t heard = now_ms();
         bool cancelled = false;
 
         for (;;) {
                 struct m40_reply ev;
+                struct m40_status st;
                 int r = m40_client_next(cl, 200, &ev);
 
                 if (interrupted && !cancelled) {
                         cancelled = m40_client_cancel(cl, id) == 0;
                         interrupted = 0;
+                }
+                if ((r == -ETIMEDOUT || r == -EINTR) && c->timeout_ms > 0 &&
+                    now_ms() - heard >= (uint64_t)c->timeout_ms) {
+                        r = m40_client_status(cl, &st);
+                        if (r) {
+                                fputs(rp->len ? "\n" : "", stderr);
+                                m40ctl_say_unreachable(c->cmd, c->sock, c->timeout_ms, r);
+                                return M40CTL_EXIT_UNREACHABLE;
+                        }
+                        heard = now_ms();
+                        continue;
                 }
                 if (r == -ETIMEDOUT || r == -EINTR)
                         continue;
@@ -247,6 +296,7 @@ static int stream(struct m40_client *cl, uint64_t id, FILE *out, struct reply *r
                         fprintf(stderr, "\nm40ctl: connection to m40d lost: %s\n", m40_strerror(r));
                         return M40CTL_EXIT_UNREACHABLE;
                 }
+                heard = now_ms();
                 if (ev.id != id)
                         continue;
                 if (ev.type == M40_EVENT_TEXT) {
@@ -258,11 +308,8 @@ static int stream(struct m40_client *cl, uint64_t id, FILE *out, struct reply *r
                         }
                 } else if (ev.type == M40_EVENT_DONE || ev.type == M40_EVENT_ERROR) {
                         rp->last = ev;
-                        if (ev.type == M40_EVENT_ERROR) {
-                                fprintf(stderr, "%sm40ctl: request failed: %s\n",
-                                        rp->len ? "\n" : "", ev.text);
+                        if (ev.type == M40_EVENT_ERROR)
                                 return M40CTL_EXIT_REJECTED;
-                        }
                         return cancelled ? M40CTL_EXIT_INTERRUPTED : M40CTL_EXIT_OK;
                 }
         }
@@ -311,13 +358,25 @@ static void print_json(const struct reply *rp, uint64_t id)
         printf(",\"n_prompt\":%u,\"n_generated\":%u}\n", rp->last.n_prompt, rp->last.n_generated);
 }
 
+/* Bytes of text in rq: prompt, messages and stop strings. */
+static size_t text_bytes(const struct m40_request *rq)
+{
+        size_t n = rq->prompt ? strlen(rq->prompt) : 0;
+
+        for (size_t i = 0; i < rq->n_messages; i++)
+                n += strlen(rq->messages[i].content);
+        for (size_t i = 0; i < rq->n_stop; i++)
+                n += strlen(rq->stop[i]);
+        return n;
+}
+
 int m40ctl_submit(int argc, char **argv)
 {
         static const struct option opts[] = {COMMON_OPTS,
                                              {"json", no_argument, 0, O_JSON},
                                              {"chat", no_argument, 0, O_CHAT},
                                              {0, 0, 0, 0}};
-        struct common c = {0};
+        struct common c = {.cmd = "submit", .timeout_ms = M40_DEFAULT_TIMEOUT_MS};
         struct reply rp = {0};
         struct m40_client *cl = NULL;
         struct m40_message msgs[2];
@@ -351,8 +410,6 @@ int m40ctl_submit(int argc, char **argv)
                 }
                 r = common_opt(&c, opt, optarg);
                 if (r <= 0) {
-                        if (r < 0)
-                                fprintf(stderr, "m40ctl submit: bad value '%s'\n", optarg);
                         fprintf(stderr, "Try 'm40ctl submit --help'.\n");
                         return M40CTL_EXIT_USAGE;
                 }
@@ -383,17 +440,29 @@ int m40ctl_submit(int argc, char **argv)
         }
         if (json)
                 c.rq.flags |= M40_REQUEST_TOKENS;
-        r = connect_or_say(c.sock, &cl);
+        r = connect_or_say("submit", c.sock, c.timeout_ms, &cl);
         if (r)
                 goto out;
         catch_sigint();
         r = submit(cl, &c.rq, &id);
+        if (r == -E2BIG) {
+                fprintf(stderr,
+                        "m40ctl submit: the prompt is too long: %zu bytes, and m40d takes at "
+                        "most %zu bytes per request (prompt, messages and stop strings: "
+                        "max_prompt_bytes in m40d.ini, plus their encoding)\n",
+                        text_bytes(&c.rq), m40_client_max_request_bytes(cl));
+                r = M40CTL_EXIT_REJECTED;
+                goto out;
+        }
         if (r) {
                 fprintf(stderr, "m40ctl submit: %s\n", m40_strerror(r));
                 r = r == -EPIPE ? M40CTL_EXIT_UNREACHABLE : M40CTL_EXIT_REJECTED;
                 goto out;
         }
-        r = stream(cl, id, json ? NULL : stdout, &rp);
+        r = stream(cl, &c, id, json ? NULL : stdout, &rp);
+        if (r == M40CTL_EXIT_REJECTED)
+                fprintf(stderr, "%sm40ctl submit: request failed: %s\n", rp.len ? "\n" : "",
+                        rp.last.text);
         if (json &&
             (r == M40CTL_EXIT_OK || r == M40CTL_EXIT_REJECTED || r == M40CTL_EXIT_INTERRUPTED))
                 print_json(&rp, id);
@@ -432,7 +501,10 @@ static int chat_turn(struct m40_client *cl, struct common *c, struct m40_message
                 fprintf(stderr, "m40ctl run: %s\n", m40_strerror(r));
                 return r == -EPIPE ? M40CTL_EXIT_UNREACHABLE : M40CTL_EXIT_REJECTED;
         }
-        r = stream(cl, id, stdout, &rp);
+        r = stream(cl, c, id, stdout, &rp);
+        if (r == M40CTL_EXIT_REJECTED)
+                fprintf(stderr, "%sm40ctl run: request failed: %s\n", rp.len ? "\n" : "",
+                        rp.last.text);
         printf("\n");
         if (r == M40CTL_EXIT_INTERRUPTED)
                 fprintf(stderr, "[cancelled]\n");
@@ -452,7 +524,7 @@ int m40ctl_run(int argc, char **argv)
 {
         static const struct option opts[] = {COMMON_OPTS, {0, 0, 0, 0}};
         static struct m40_message hist[MAX_HISTORY];
-        struct common c = {0};
+        struct common c = {.cmd = "run", .timeout_ms = M40_DEFAULT_TIMEOUT_MS};
         struct m40_client *cl = NULL;
         struct m40_status st;
         size_t n_hist = 0, first = 0;
@@ -474,13 +546,11 @@ int m40ctl_run(int argc, char **argv)
                 }
                 r = common_opt(&c, opt, optarg);
                 if (r <= 0) {
-                        if (r < 0)
-                                fprintf(stderr, "m40ctl run: bad value '%s'\n", optarg);
                         fprintf(stderr, "Try 'm40ctl run --help'.\n");
                         return M40CTL_EXIT_USAGE;
                 }
         }
-        r = connect_or_say(c.sock, &cl);
+        r = connect_or_say("run", c.sock, c.timeout_ms, &cl);
         if (r)
                 return r;
         if (tty && !m40_client_status(cl, &st))

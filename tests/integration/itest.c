@@ -167,3 +167,18 @@ int itest_idle(const char *sock)
                 st.queued, st.kv_pages_used);
         return -1;
 }
+
+bool itest_file_has(const char *path, const char *needle)
+{
+        char buf[16384];
+        FILE *f = fopen(path, "r");
+        size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+
+        if (f)
+                fclose(f);
+        buf[n] = 0;
+        if (strstr(buf, needle))
+                return true;
+        fprintf(stderr, "'%s' not in %s:\n%s\n", needle, path, buf);
+        return false;
+}

@@ -21,22 +21,6 @@
 
 static const char *m40ctl;
 
-/* file_has - whether the file at path contains needle; prints the file when not. */
-static bool file_has(const char *path, const char *needle)
-{
-        char buf[16384];
-        FILE *f = fopen(path, "r");
-        size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
-
-        if (f)
-                fclose(f);
-        buf[n] = 0;
-        if (strstr(buf, needle))
-                return true;
-        fprintf(stderr, "'%s' not in %s:\n%s\n", needle, path, buf);
-        return false;
-}
-
 /* ctl_has - whether `m40ctl status ARGS --socket SOCK` prints needle. */
 static bool ctl_has(const char *sock, const char *args, const char *needle)
 {
@@ -129,9 +113,9 @@ static int test_default(const char *m40d, const char *model)
 
         if (itest_daemon_start(&d, m40d, model, "[engine]\nbackend = cpu\nthreads = 2\n", NULL))
                 return 1;
-        CHECK(file_has(d.log, "[engine] KV cache: 2048 pages = 32768 tokens = 20.0 MiB (the "
-                              "CPU engine's default, at most 512 MiB); 16 sequences at the "
-                              "full context of 2048 take 32768 tokens"));
+        CHECK(itest_file_has(d.log, "[engine] KV cache: 2048 pages = 32768 tokens = 20.0 MiB (the "
+                                    "CPU engine's default, at most 512 MiB); 16 sequences at the "
+                                    "full context of 2048 take 32768 tokens"));
         CHECK(m40_client_connect(d.sock, &c) == 0);
         CHECK(m40_client_status(c, &st) == 0);
         m40_client_disconnect(c);
@@ -179,9 +163,9 @@ static int test_explicit(const char *m40d, const char *model)
                                "kv_memory_mib = 2\n",
                                NULL))
                 return 1;
-        CHECK(file_has(d.log, "[engine] KV cache: 204 pages = 3264 tokens = 2.0 MiB (from "
-                              "kv_memory_mib = 2); 4 sequences at the full context of 2048 "
-                              "take 8192 tokens"));
+        CHECK(itest_file_has(d.log, "[engine] KV cache: 204 pages = 3264 tokens = 2.0 MiB (from "
+                                    "kv_memory_mib = 2); 4 sequences at the full context of 2048 "
+                                    "take 8192 tokens"));
         CHECK(ctl_has(d.sock, "",
                       "KV cache:   0 of 204 pages in use (0 of 3264 tokens, 0.0 of 2.0 MiB)"));
         CHECK(m40_client_connect(d.sock, &c) == 0);
