@@ -1,8 +1,10 @@
 /* submit.c - `m40ctl submit` (one prompt, streamed to stdout) and `m40ctl run` (an
- * interactive chat with history), both over libm40. Ctrl-C cancels the running request.
- * While a request waits for events, m40d's silence longer than --timeout is checked with a
- * STATUS exchange: a busy daemon answers it, a stopped one ends the command with "did not
- * answer". */
+ * interactive chat with history: line editing through libedit on a terminal; the oldest
+ * exchanges are forgotten when the conversation outgrows the context), both over libm40.
+ * Ctrl-C cancels the running request. While a request waits for events, m40d's silence
+ * longer than --timeout is checked with a STATUS exchange: a busy daemon answers it, a
+ * stopped one ends the command with "did not answer". */
+#include <editline/readline.h>
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
@@ -476,71 +478,163 @@ out:
         return r;
 }
 
-/* One chat turn: submits history + line, streams the reply; on -E2BIG drops the oldest
- * exchange and retries. Returns an exit code. */
-static int chat_turn(struct m40_client *cl, struct common *c, struct m40_message *hist,
-                     size_t *n_hist, size_t first)
+/* The conversation of `m40ctl run`: hist[0..first) is the system message (kept), then
+ * user and assistant messages in turn; contents are owned. */
+struct chat {
+        struct m40_message hist[MAX_HISTORY];
+        size_t n, first;
+};
+
+/* Forgets the oldest exchange (a user message and its reply); false when there is none
+ * besides the newest message. */
+static bool chat_drop_oldest(struct chat *ch)
+{
+        if (ch->n - ch->first < 3)
+                return false;
+        free((char *)ch->hist[ch->first].content);
+        free((char *)ch->hist[ch->first + 1].content);
+        memmove(ch->hist + ch->first, ch->hist + ch->first + 2,
+                (ch->n - ch->first - 2) * sizeof(*ch->hist));
+        ch->n -= 2;
+        return true;
+}
+
+/* Says why a reply ended early, on stderr. */
+static void chat_marker(const struct common *c, const struct m40_reply *last)
+{
+        switch (last->finish) {
+        case M40_FINISHED_LENGTH:
+                fprintf(stderr, "[reply cut at max_tokens: %u tokens%s]\n", last->n_generated,
+                        c->rq.max_tokens ? "; raise -n" : "; -n raises it");
+                break;
+        case M40_FINISHED_CONTEXT:
+                fprintf(stderr, "[reply cut: the context window is full; the oldest turns "
+                                "will be dropped]\n");
+                break;
+        case M40_FINISHED_KV:
+                fprintf(stderr, "[reply cut: m40d ran out of KV cache memory]\n");
+                break;
+        }
+}
+
+/* One chat turn: submits the conversation (ending with the user's message), streams the
+ * reply and keeps it. When the conversation does not fit - the request's size, or the
+ * context window, which m40d reports with -E2BIG before any text - the oldest exchanges are
+ * dropped until it does; a message that does not fit alone is dropped with a message.
+ * Returns an exit code. */
+static int chat_turn(struct m40_client *cl, struct common *c, struct chat *ch)
 {
         struct reply rp = {0};
         uint64_t id;
         int r;
 
         for (;;) {
-                c->rq.messages = hist;
-                c->rq.n_messages = *n_hist;
+                c->rq.messages = ch->hist;
+                c->rq.n_messages = ch->n;
                 r = submit(cl, &c->rq, &id);
-                if (r != -E2BIG || *n_hist - first < 3)
+                if (!r)
+                        r = stream(cl, c, id, stdout, &rp);
+                if (!(r == -E2BIG ||
+                      (r == M40CTL_EXIT_REJECTED && rp.last.error == -E2BIG && !rp.len)) ||
+                    !chat_drop_oldest(ch))
                         break;
-                /* forget the oldest user/assistant exchange */
-                free((char *)hist[first].content);
-                free((char *)hist[first + 1].content);
-                memmove(hist + first, hist + first + 2, (*n_hist - first - 2) * sizeof(*hist));
-                *n_hist -= 2;
+                fprintf(stderr, "[dropped the oldest exchange: the conversation outgrew %s]\n",
+                        r == -E2BIG ? "m40d's request size" : "the context window");
         }
-        if (r) {
-                fprintf(stderr, "m40ctl run: %s\n", m40_strerror(r));
-                return r == -EPIPE ? M40CTL_EXIT_UNREACHABLE : M40CTL_EXIT_REJECTED;
+        if (r < 0) {
+                if (r == -E2BIG)
+                        fprintf(stderr,
+                                "m40ctl run: the message is too long: %zu bytes, and m40d "
+                                "takes at most %zu bytes per request (max_prompt_bytes in "
+                                "m40d.ini, "
+                                "plus the encoding)\n",
+                                strlen(ch->hist[ch->n - 1].content),
+                                m40_client_max_request_bytes(cl));
+                else
+                        fprintf(stderr, "m40ctl run: %s\n", m40_strerror(r));
+                r = r == -EPIPE ? M40CTL_EXIT_UNREACHABLE : M40CTL_EXIT_REJECTED;
+        } else if (r == M40CTL_EXIT_REJECTED) {
+                fprintf(stderr, "%sm40ctl run: %s%s\n", rp.len ? "\n" : "",
+                        rp.last.error == -E2BIG ? "the message does not fit: " : "", rp.last.text);
+        } else {
+                printf("\n");
+                fflush(stdout);
         }
-        r = stream(cl, c, id, stdout, &rp);
-        if (r == M40CTL_EXIT_REJECTED)
-                fprintf(stderr, "%sm40ctl run: request failed: %s\n", rp.len ? "\n" : "",
-                        rp.last.text);
-        printf("\n");
         if (r == M40CTL_EXIT_INTERRUPTED)
                 fprintf(stderr, "[cancelled]\n");
         if (r == M40CTL_EXIT_OK || r == M40CTL_EXIT_INTERRUPTED) {
-                hist[(*n_hist)++] = (struct m40_message){"assistant", rp.text ? rp.text : ""};
-                if (!rp.text)
-                        hist[*n_hist - 1].content = strdup("");
-                return M40CTL_EXIT_OK;
+                chat_marker(c, &rp.last);
+                ch->hist[ch->n++] =
+                        (struct m40_message){"assistant", rp.text ? rp.text : strdup("")};
+                free(rp.toks);
+                return ch->hist[ch->n - 1].content ? M40CTL_EXIT_OK : M40CTL_EXIT_FAIL;
         }
         free(rp.text);
         free(rp.toks);
-        free((char *)hist[--*n_hist].content); /* the unanswered user message */
+        free((char *)ch->hist[--ch->n].content); /* the unanswered user message */
         return r;
+}
+
+/* Reads one line without its end of line into *line (malloc'd, unbounded): through
+ * libedit, with history, on a terminal. Returns its length (0 also when Ctrl-C dropped the
+ * line being typed), or -1 at the end of input. */
+static ssize_t chat_read(bool tty, char **line)
+{
+        size_t cap = 0;
+        ssize_t len;
+
+        free(*line);
+        *line = NULL;
+        if (tty) {
+                *line = readline("> ");
+                if (!*line && interrupted) {
+                        fputc('\n', stderr); /* Ctrl-C drops the line being typed */
+                        return 0;
+                }
+                if (!*line)
+                        return -1;
+                if (**line)
+                        add_history(*line);
+                return (ssize_t)strlen(*line);
+        }
+        for (;;) {
+                errno = 0;
+                len = getline(line, &cap, stdin);
+                if (len >= 0 || errno != EINTR)
+                        break;
+                clearerr(stdin);
+        }
+        if (len < 0)
+                return -1;
+        while (len && ((*line)[len - 1] == '\n' || (*line)[len - 1] == '\r'))
+                (*line)[--len] = 0;
+        return len;
 }
 
 int m40ctl_run(int argc, char **argv)
 {
         static const struct option opts[] = {COMMON_OPTS, {0, 0, 0, 0}};
-        static struct m40_message hist[MAX_HISTORY];
+        static struct chat ch;
         struct common c = {.cmd = "run", .timeout_ms = M40_DEFAULT_TIMEOUT_MS};
         struct m40_client *cl = NULL;
         struct m40_status st;
-        size_t n_hist = 0, first = 0;
         bool tty = isatty(STDIN_FILENO);
-        char line[8192];
+        char *line = NULL;
+        ssize_t len;
         int opt, r;
 
         m40_request_init(&c.rq);
         while ((opt = getopt_long(argc, argv, "n:h", opts, NULL)) != -1) {
                 if (opt == 'h') {
                         printf("Usage: m40ctl run [OPTIONS]\n\n"
-                               "Chats with the model: each line you type is a user message; "
-                               "the reply\nstreams back. The conversation is kept (oldest "
-                               "turns are dropped when it\noutgrows the daemon's limit). "
-                               "Ctrl-C cancels the current reply; Ctrl-D,\n/quit or /exit "
-                               "leave; /reset forgets the conversation.\n\n%s",
+                               "Chats with the model: each line is a user message; the "
+                               "reply streams back.\nThe conversation is kept: when it "
+                               "outgrows the context window or the\ndaemon's request size, "
+                               "the oldest exchanges are dropped (and the chat says\nso). On "
+                               "a terminal, lines can be edited and recalled (libedit). A "
+                               "reply cut\nby -n or the context ends with a note in "
+                               "brackets. Ctrl-C cancels the current\nreply; Ctrl-D, /quit "
+                               "or /exit leave; /reset forgets the conversation.\n\n%s",
                                common_help);
                         return M40CTL_EXIT_OK;
                 }
@@ -560,49 +654,36 @@ int m40ctl_run(int argc, char **argv)
                         st.model, st.backend, st.chat_template);
         catch_sigint();
         if (c.system) {
-                hist[n_hist++] = (struct m40_message){"system", strdup(c.system)};
-                first = 1;
+                ch.hist[ch.n++] = (struct m40_message){"system", strdup(c.system)};
+                ch.first = 1;
         }
         for (r = M40CTL_EXIT_OK;;) {
-                size_t len;
-
-                if (tty)
-                        fputs("> ", stderr);
                 interrupted = 0;
-                if (!fgets(line, sizeof(line), stdin)) {
-                        if (ferror(stdin) && errno == EINTR) {
-                                clearerr(stdin);
-                                fputc('\n', stderr);
-                                continue;
-                        }
+                len = chat_read(tty, &line);
+                if (len < 0)
                         break;
-                }
-                len = strlen(line);
-                while (len && (line[len - 1] == '\n' || line[len - 1] == '\r'))
-                        line[--len] = 0;
                 if (!len)
                         continue;
                 if (!strcmp(line, "/quit") || !strcmp(line, "/exit"))
                         break;
                 if (!strcmp(line, "/reset")) {
-                        while (n_hist > first)
-                                free((char *)hist[--n_hist].content);
+                        while (ch.n > ch.first)
+                                free((char *)ch.hist[--ch.n].content);
+                        fprintf(stderr, "[conversation reset%s]\n",
+                                ch.first ? "; the system message stays" : "");
                         continue;
                 }
-                if (n_hist + 2 > MAX_HISTORY) {
-                        free((char *)hist[first].content);
-                        free((char *)hist[first + 1].content);
-                        memmove(hist + first, hist + first + 2,
-                                (n_hist - first - 2) * sizeof(*hist));
-                        n_hist -= 2;
-                }
-                hist[n_hist++] = (struct m40_message){"user", strdup(line)};
-                r = chat_turn(cl, &c, hist, &n_hist, first);
-                if (r == M40CTL_EXIT_UNREACHABLE)
+                if (ch.n + 2 > MAX_HISTORY)
+                        chat_drop_oldest(&ch);
+                ch.hist[ch.n++] = (struct m40_message){"user", line};
+                line = NULL; /* owned by the conversation now */
+                r = chat_turn(cl, &c, &ch);
+                if (r == M40CTL_EXIT_UNREACHABLE || r == M40CTL_EXIT_FAIL)
                         break;
         }
-        while (n_hist)
-                free((char *)hist[--n_hist].content);
+        free(line);
+        while (ch.n)
+                free((char *)ch.hist[--ch.n].content);
         m40_client_disconnect(cl);
         return r == M40CTL_EXIT_REJECTED ? M40CTL_EXIT_OK : r;
 }

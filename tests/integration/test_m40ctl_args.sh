@@ -8,12 +8,7 @@
 # Usage: test_m40ctl_args.sh M40D M40CTL MODEL
 set -euo pipefail
 m40d=$1 m40ctl=$2 model=$3
-[ -r "$model" ] || exit 77
-dir=$(mktemp -d /tmp/m40-itest.XXXXXX)
-pid=
-cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null; wait 2>/dev/null; rm -rf "$dir"; }
-trap cleanup EXIT
-bad=0
+. "$(dirname "$0")/itest.sh"
 fail() { echo "FAIL: $*" >&2; bad=1; }
 
 # rejected CMD OPTION VALUE RANGE: exit 2 and "OPTION wants ... from RANGE, not 'VALUE'"
@@ -49,16 +44,17 @@ rc=0; "$m40ctl" submit --socket "$dir/none" -n 8 --temp 0.7 --top-k 0 --top-p 1 
 [ "$rc" = 3 ] || fail "good values: exit $rc, want 3"
 
 # a prompt over the daemon's request size (max_prompt_bytes = 1024)
-printf '[model]\npath = %s\n[server]\nsocket = %s/m40d.sock\ngroup =\nmax_prompt_bytes = 1024\n' \
-        "$model" "$dir" > "$dir/m40d.ini"
-"$m40d" -c "$dir/m40d.ini" 2> "$dir/m40d.log" &
-pid=$!
-for _ in $(seq 100); do "$m40ctl" status --socket "$dir/m40d.sock" >/dev/null 2>&1 && break; sleep 0.1; done
+start_m40d "$dir/m40d.sock" 'max_prompt_bytes = 1024'
 long=$(head -c 9000 /dev/zero | tr '\0' a)
 rc=0; "$m40ctl" submit --socket "$dir/m40d.sock" "$long" >/dev/null 2>"$dir/err" || rc=$?
 if [ "$rc" != 4 ] || grep -q "Argument list too long" "$dir/err" ||
    ! grep -q "the prompt is too long: 9000 bytes, and m40d takes at most [0-9]* bytes" "$dir/err"; then
         fail "long prompt: exit $rc, stderr: $(cat "$dir/err")"
+fi
+rc=0; printf '%s\n' "$long" | "$m40ctl" run --socket "$dir/m40d.sock" >/dev/null 2>"$dir/err" || rc=$?
+if grep -q "Argument list too long" "$dir/err" ||
+   ! grep -q "the message is too long: 9000 bytes, and m40d takes at most [0-9]* bytes" "$dir/err"; then
+        fail "long chat line: exit $rc, stderr: $(cat "$dir/err")"
 fi
 [ "$bad" = 0 ] && echo "all bad values rejected with the option and its range"
 exit $bad
