@@ -193,16 +193,18 @@ template <int T, int NB> struct mv_q : mv_q_sel<T, NB <= MV_Q32_WIDE_NB> {
 };
 
 /* Whether k_matvec scales the weights before the products (mv_piece_direct) instead of
- * the products' sums: Q8_0 from batch MV_DIRECT_NB on (knob for A/B builds; above 8:
- * never). Same-run A/B (RESULTS.md): it gains where a piece's quants take more registers
- * than its sums free (Q8_0 at batch 8), and loses for the 4-bit and K types, whose loops
- * are bound by instructions a weight: the FMA a weight and row it adds costs more there
- * than the registers it saves. */
+ * the products' sums: from batch MV_DIRECT_NB on (knob for A/B builds; above 8: never).
+ * The sums' way costs per weight, besides its NB FMAs, a share of the sum of x that the
+ * types with an offset need (4 FADDs a run and column) and of zeroing the per-group sums;
+ * the direct way one FMA per weight and row, whatever the batch, and fewer registers, so
+ * that 4 rows fit a warp at batch 8 (mv_rows). sm_90 SASS of the Q4_0 loop at batch 8:
+ * 461 instructions for 128 products (2 rows) against 566 for 256 (4 rows). Same-run A/B
+ * in RESULTS.md (batch 1 takes the sums' way: its weights serve one column). */
 #ifndef MV_DIRECT_NB
-#define MV_DIRECT_NB 4
+#define MV_DIRECT_NB 2
 #endif
 template <int T, int NB> struct mv_direct {
-        enum { V = NB >= MV_DIRECT_NB && T == M40_GGML_Q8_0 };
+        enum { V = NB >= MV_DIRECT_NB };
 };
 
 /* Piece p of R rows (already loaded) times NB columns, added to acc, where mv_direct
@@ -228,6 +230,20 @@ M40_HD void mv_piece_direct(const typename mv_q<T, NB>::raw raw[R], int n_in, in
                 M40_UNROLL
                 for (int jj = 0; jj < RPG; jj++) {
                         const int j = g * RPG + jj, xo = Q::xoff(p, j);
+                        float xv[NB][4];
+
+                        /* every column's loads first, with no branch between them (their
+                         * latencies overlap) and before the weights are decoded; columns
+                         * past nb read as 0 */
+                        M40_UNROLL
+                        for (int c = 0; c < NB; c++) {
+                                if (NB == 1 || c < nb) { /* nb >= 1 */
+                                        load_x4<Q::TAIL>(x + c * ldx, xo, n_in, xv[c]);
+                                } else {
+                                        xv[c][0] = xv[c][1] = xv[c][2] = xv[c][3] = 0.0f;
+                                }
+                        }
+
                         float w[R][4];
 
                         M40_UNROLL
@@ -239,18 +255,12 @@ M40_HD void mv_piece_direct(const typename mv_q<T, NB>::raw raw[R], int n_in, in
                                                           : d[r] * w[r][i];
                         }
                         M40_UNROLL
-                        for (int c = 0; c < NB; c++) {
-                                float xv[4];
-
-                                if (c >= nb) /* nb >= 1 */
-                                        break;
-                                load_x4<Q::TAIL>(x + c * ldx, xo, n_in, xv);
+                        for (int c = 0; c < NB; c++)
                                 M40_UNROLL
-                                for (int r = 0; r < R; r++)
-                                        M40_UNROLL
-                                for (int i = 0; i < 4; i++)
-                                        acc[r][c] = fmaf(w[r][i], xv[i], acc[r][c]);
-                        }
+                        for (int r = 0; r < R; r++)
+                                M40_UNROLL
+                        for (int i = 0; i < 4; i++)
+                                acc[r][c] = fmaf(w[r][i], xv[c][i], acc[r][c]);
                 }
         }
 }
