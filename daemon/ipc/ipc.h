@@ -72,10 +72,26 @@ void m40_ipc_region_wake(struct m40_ipc_region *g);
  * raising, a full fence orders it before the caller's last look at the rings. */
 void m40_ipc_region_sleep(struct m40_ipc_region *g, bool sleeping);
 
-/* m40_ipc_listen - a listening Unix stream socket at path (a stale socket file is
- * replaced), mode 0660, group gid when gid != (gid_t)-1. Returns 0 and the fd in *ret_fd,
- * or -errno (-ENAMETOOLONG for a long path). */
-int m40_ipc_listen(const char *path, gid_t gid, int *ret_fd);
+/* The socket file m40_ipc_listen() made (to remove only that one at exit), or the pid of
+ * the process that already listens at the path. */
+struct m40_ipc_sockid {
+        dev_t dev;
+        ino_t ino;
+        pid_t pid; /* with -EADDRINUSE: the listener's pid, 0 when unknown */
+};
+
+/* m40_ipc_listen - a listening Unix stream socket at path, mode 0660, group gid when gid
+ * != (gid_t)-1. The file is bound, chmod'ed and chown'ed in a private directory beside path
+ * and then renamed into place, so no path operation can be redirected by a symlink. A
+ * socket file nobody listens on (stale) is replaced; a live one is not: -EADDRINUSE with
+ * the listener's pid in ret_id->pid; anything else at path (a symlink, a regular file):
+ * -ENOTSOCK. Returns 0 with the fd in *ret_fd and the file's identity in *ret_id, or
+ * -errno (-ENAMETOOLONG for a long path). */
+int m40_ipc_listen(const char *path, gid_t gid, int *ret_fd, struct m40_ipc_sockid *ret_id);
+
+/* m40_ipc_unlisten - removes the socket file at path if it still is the one id names (a
+ * successor's socket stays). Returns 0, -ESTALE when it is another file, or -errno. */
+int m40_ipc_unlisten(const char *path, const struct m40_ipc_sockid *id);
 
 /* m40_ipc_peer_check - reads the peer's credentials of connected socket fd and decides:
  * root, the daemon's own user, and members (primary or supplementary) of gid when gid !=

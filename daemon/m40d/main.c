@@ -41,6 +41,8 @@ struct daemon {
         struct m40_proto_status model;
         gid_t gid;
         uint64_t watchdog_usec;
+        struct m40_ipc_sockid sock_id;
+        bool own_socket; /* we made cfg.socket (not systemd): remove it at exit */
 };
 
 static void usage(FILE *f)
@@ -278,9 +280,18 @@ static int open_socket(struct daemon *d, int *ret_fd)
                 *ret_fd = SD_LISTEN_FDS_START;
                 return 0;
         }
-        r = m40_ipc_listen(d->cfg.socket, d->gid, ret_fd);
+        r = m40_ipc_listen(d->cfg.socket, d->gid, ret_fd, &d->sock_id);
+        if (r == -EADDRINUSE && d->sock_id.pid)
+                return m40d_log_errno(r, "%s: m40d is already running (pid %d)", d->cfg.socket,
+                                      (int)d->sock_id.pid);
+        if (r == -EADDRINUSE)
+                return m40d_log_errno(r, "%s: m40d is already running", d->cfg.socket);
+        if (r == -ENOTSOCK)
+                return m40d_log_errno(r, "%s exists and is not a socket: not replacing it",
+                                      d->cfg.socket);
         if (r)
                 return m40d_log_errno(r, "cannot listen on %s", d->cfg.socket);
+        d->own_socket = true;
         m40d_log(LOG_INFO, "listening on %s", d->cfg.socket);
         return 0;
 }
@@ -439,6 +450,8 @@ int main(int argc, char **argv)
         m40d_log(LOG_INFO, "stopped");
 out:
         d.srv = m40d_server_free(d.srv);
+        if (d.own_socket && m40_ipc_unlisten(d.cfg.socket, &d.sock_id) == -ESTALE)
+                m40d_log(LOG_NOTICE, "%s is no longer our socket: leaving it", d.cfg.socket);
         d.s = m40_sched_free(d.s);
         m40_engine_free(d.e);
         m40_vocab_free(d.v);

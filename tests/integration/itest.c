@@ -170,7 +170,7 @@ int itest_idle(const char *sock)
 
 bool itest_file_has(const char *path, const char *needle)
 {
-        char buf[16384];
+        static char buf[1 << 16];
         FILE *f = fopen(path, "r");
         size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
 

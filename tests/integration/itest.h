@@ -50,8 +50,8 @@ int itest_collect(struct m40_client *c, uint64_t id, char *out, size_t cap, int3
  * no used KV page; returns 0, or -1 with the last figures on stderr. */
 int itest_idle(const char *sock);
 
-/* itest_file_has - whether the file at path contains needle (in its first 16 KiB); prints
- * the file on stderr when not. */
+/* itest_file_has - whether the file at path (its first 64 KiB, e.g. m40d's log) contains
+ * needle; prints the file on stderr when not. */
 bool itest_file_has(const char *path, const char *needle);
 
 /* A few prompts (stories260K-style). */
