@@ -7,6 +7,7 @@
 #include <grp.h>
 #include <signal.h>
 #include <stdio.h>
+#include <sys/resource.h>
 #include <stdlib.h>
 #include <string.h>
 #include <systemd/sd-daemon.h>
@@ -296,6 +297,48 @@ static int open_socket(struct daemon *d, int *ret_fd)
         return 0;
 }
 
+/* fit_fd_limit - raises the soft RLIMIT_NOFILE to what max_clients connected clients take
+ * (up to the hard limit); when the hard limit is lower, serves fewer clients and says so.
+ * Returns 0, or -EMFILE when not even one client fits. */
+static int fit_fd_limit(struct daemon *d)
+{
+        const rlim_t want = M40D_FDS_BASE + (rlim_t)M40D_FDS_PER_CLIENT * d->cfg.max_clients;
+        struct rlimit rl;
+        rlim_t fit;
+
+        if (getrlimit(RLIMIT_NOFILE, &rl))
+                return m40d_log_errno(-errno, "cannot read RLIMIT_NOFILE");
+        if (rl.rlim_cur >= want)
+                return 0;
+        fit = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= want ? want : rl.rlim_max;
+        if (fit > rl.rlim_cur) {
+                struct rlimit nl = {.rlim_cur = fit, .rlim_max = rl.rlim_max};
+
+                if (setrlimit(RLIMIT_NOFILE, &nl))
+                        m40d_log(LOG_WARNING,
+                                 "cannot raise the open file limit from %llu to %llu: %s",
+                                 (unsigned long long)rl.rlim_cur, (unsigned long long)fit,
+                                 strerror(errno));
+                else
+                        rl.rlim_cur = fit;
+        }
+        if (rl.rlim_cur >= want)
+                return 0;
+        if (rl.rlim_cur < M40D_FDS_BASE + M40D_FDS_PER_CLIENT)
+                return m40d_log_errno(-EMFILE,
+                                      "the open file limit of %llu leaves no room for a client "
+                                      "(raise LimitNOFILE= in m40d.service)",
+                                      (unsigned long long)rl.rlim_cur);
+        fit = (rl.rlim_cur - M40D_FDS_BASE) / M40D_FDS_PER_CLIENT;
+        m40d_log(LOG_WARNING,
+                 "[server] max_clients = %u needs %llu open files, the limit is %llu (hard %llu): "
+                 "serving at most %llu clients (raise LimitNOFILE= in m40d.service)",
+                 d->cfg.max_clients, (unsigned long long)want, (unsigned long long)rl.rlim_cur,
+                 (unsigned long long)rl.rlim_max, (unsigned long long)fit);
+        d->cfg.max_clients = (uint32_t)fit;
+        return 0;
+}
+
 static void notify_status(struct daemon *d, const char *prefix)
 {
         struct m40_proto_status st = d->model;
@@ -430,8 +473,10 @@ int main(int argc, char **argv)
                 r = m40_sched_new(&d.cfg, d.e, d.v, d.tmpl, &d.s);
         if (!r) {
                 log_kv(&d);
-                r = open_socket(&d, &lfd);
+                r = fit_fd_limit(&d);
         }
+        if (!r)
+                r = open_socket(&d, &lfd);
         if (!r) {
                 r = m40d_server_new(lfd, d.gid, d.cfg.max_clients, d.s, &d.model, &d.srv);
                 if (r) {

@@ -1,5 +1,6 @@
 /* server.c - m40d's connections and event waiting (see server.h). */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,10 @@ enum watch_kind { W_LISTEN, W_SIGNAL, W_CONN, W_BELL };
 /* A connection that has not completed its HELLO by then is closed: it would otherwise hold
  * one of the max_clients places for as long as its peer likes. */
 #define HANDSHAKE_TIMEOUT_MS 5000
+/* Out of descriptors with no reserve to refuse on: accepting pauses this long. */
+#define ACCEPT_PAUSE_MS 100
+/* Running out of descriptors is logged at most this often. */
+#define FD_LOG_EVERY_MS 60000
 
 struct watch {
         enum watch_kind kind;
@@ -46,6 +51,11 @@ struct m40d_server {
         struct m40_proto_status model;
         struct conn *conns;
         struct watch w_listen, w_signal;
+        int reserve_fd;     /* /dev/null, closed to accept-and-refuse at EMFILE */
+        bool listen_paused; /* lfd is out of the epoll set until accept_resume_ms */
+        int64_t accept_resume_ms;
+        int64_t fd_log_ms;     /* when running out of descriptors was last logged */
+        uint64_t n_fd_refused; /* connections refused for want of descriptors, unlogged */
 };
 
 static int64_t now_ms(void)
@@ -79,13 +89,15 @@ int m40d_server_new(int lfd, gid_t gid, uint32_t max_clients, struct m40_sched *
         srv->model = *model;
         srv->w_listen.kind = W_LISTEN;
         srv->w_signal.kind = W_SIGNAL;
+        srv->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        srv->fd_log_ms = INT64_MIN / 2;
         sigemptyset(&set);
         sigaddset(&set, SIGTERM);
         sigaddset(&set, SIGINT);
         sigaddset(&set, SIGHUP);
         srv->sfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
         srv->epfd = epoll_create1(EPOLL_CLOEXEC);
-        if (srv->sfd < 0 || srv->epfd < 0) {
+        if (srv->sfd < 0 || srv->epfd < 0 || srv->reserve_fd < 0) {
                 r = -errno;
                 goto fail;
         }
@@ -134,6 +146,8 @@ struct m40d_server *m40d_server_free(struct m40d_server *srv)
                 close(srv->sfd);
         if (srv->epfd >= 0)
                 close(srv->epfd);
+        if (srv->reserve_fd >= 0)
+                close(srv->reserve_fd);
         free(srv);
         return NULL;
 }
@@ -142,7 +156,9 @@ void m40d_server_close_listener(struct m40d_server *srv)
 {
         if (srv->lfd < 0)
                 return;
-        epoll_ctl(srv->epfd, EPOLL_CTL_DEL, srv->lfd, NULL);
+        if (!srv->listen_paused)
+                epoll_ctl(srv->epfd, EPOLL_CTL_DEL, srv->lfd, NULL);
+        srv->listen_paused = false;
         close(srv->lfd);
         srv->lfd = -1;
 }
@@ -161,6 +177,61 @@ static void refuse(int fd, int status)
         }
 }
 
+/* Logs running out of descriptors, at most once per FD_LOG_EVERY_MS. */
+static void log_fd_shortage(struct m40d_server *srv, int err, bool paused)
+{
+        int64_t now = now_ms();
+
+        if (now - srv->fd_log_ms < FD_LOG_EVERY_MS)
+                return;
+        srv->fd_log_ms = now;
+        m40d_log(LOG_WARNING,
+                 "out of file descriptors (%s, %u clients): %llu connections refused%s; raise "
+                 "LimitNOFILE= or lower max_clients",
+                 m40_strerror(err), srv->n_conns, (unsigned long long)srv->n_fd_refused,
+                 paused ? ", accepting paused" : "");
+        srv->n_fd_refused = 0;
+}
+
+/* At EMFILE or ENFILE: gives the reserve descriptor up to accept one waiting connection
+ * and refuse it with -EMFILE, so that its client hears why instead of hanging. Returns
+ * whether a connection was taken off the queue. */
+static bool refuse_on_reserve(struct m40d_server *srv)
+{
+        int fd;
+
+        if (srv->reserve_fd < 0)
+                return false;
+        close(srv->reserve_fd);
+        fd = accept4(srv->lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd >= 0) {
+                refuse(fd, -EMFILE);
+                close(fd);
+                srv->n_fd_refused++;
+        }
+        srv->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        return fd >= 0;
+}
+
+/* Takes the listener out of the epoll set for ACCEPT_PAUSE_MS (a level-triggered
+ * listener that cannot be accepted from would wake us without end). */
+static void pause_accept(struct m40d_server *srv)
+{
+        if (!srv->listen_paused)
+                epoll_ctl(srv->epfd, EPOLL_CTL_DEL, srv->lfd, NULL);
+        srv->listen_paused = true;
+        srv->accept_resume_ms = now_ms() + ACCEPT_PAUSE_MS;
+}
+
+static void resume_accept(struct m40d_server *srv)
+{
+        if (!srv->listen_paused || now_ms() < srv->accept_resume_ms)
+                return;
+        srv->listen_paused = false;
+        if (watch_add(srv, srv->lfd, &srv->w_listen, EPOLLIN))
+                pause_accept(srv); /* try again later */
+}
+
 static void on_accept(struct m40d_server *srv)
 {
         for (;;) {
@@ -170,8 +241,25 @@ static void on_accept(struct m40d_server *srv)
                 uid_t uid;
                 int r;
 
+                if (fd < 0 && (errno == EINTR || errno == ECONNABORTED))
+                        continue;
+                if (fd < 0 && (errno == EMFILE || errno == ENFILE)) {
+                        int err = -errno;
+
+                        if (refuse_on_reserve(srv)) {
+                                log_fd_shortage(srv, err, false);
+                                continue;
+                        }
+                        pause_accept(srv);
+                        log_fd_shortage(srv, err, true);
+                        return;
+                }
+                if (fd < 0 && (errno == ENOBUFS || errno == ENOMEM)) {
+                        pause_accept(srv);
+                        return;
+                }
                 if (fd < 0)
-                        return; /* EAGAIN, or a transient error: epoll reports again */
+                        return; /* EAGAIN, or the peer's error: epoll reports again */
                 r = m40_ipc_peer_check(fd, srv->gid, &pid, &uid);
                 if (r) {
                         m40d_log(LOG_NOTICE, "refusing a client: %s", m40_strerror(r));
@@ -328,7 +416,16 @@ int m40d_server_wait(struct m40d_server *srv, int timeout_ms)
         struct epoll_event ev[32];
         int sig = 0, n, until_deadline;
 
+        resume_accept(srv);
         until_deadline = drop_broken(srv);
+        if (srv->listen_paused) {
+                int64_t left = srv->accept_resume_ms - now_ms();
+
+                if (left < 0)
+                        left = 0;
+                if (until_deadline < 0 || left < until_deadline)
+                        until_deadline = (int)left;
+        }
         if (until_deadline >= 0 && (timeout_ms < 0 || until_deadline < timeout_ms))
                 timeout_ms = until_deadline + 1;
         n = epoll_wait(srv->epfd, ev, 32, timeout_ms);

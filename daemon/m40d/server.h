@@ -11,6 +11,12 @@
 
 struct m40d_server;
 
+/* Open files: each connected client takes M40D_FDS_PER_CLIENT (its socket, the region's
+ * memfd and two doorbells); the daemon itself keeps under M40D_FDS_BASE (stdio, epoll,
+ * signalfd, the listener, a reserve descriptor, the model file, the journal). */
+#define M40D_FDS_PER_CLIENT 4u
+#define M40D_FDS_BASE       64u
+
 /* m40d_server_new - serves listening socket lfd (taken over) for scheduler s (borrowed);
  * group gid ((gid_t)-1: none) may connect besides root and our user; at most max_clients.
  * model holds the model fields of STATUS replies (copied). Waits for SIGTERM, SIGINT and
@@ -24,8 +30,11 @@ struct m40d_server *m40d_server_free(struct m40d_server *srv);
 
 /* m40d_server_wait - waits up to timeout_ms (-1: forever) for activity and handles it:
  * new connections, control messages, hang-ups, protocol violations found by the
- * scheduler. Returns 0, or the number of a termination signal received (SIGTERM,
- * SIGINT). */
+ * scheduler. When accepting fails for want of descriptors (EMFILE, ENFILE), the waiting
+ * connections are accepted on a reserve descriptor and refused with -EMFILE one by one,
+ * so their clients get an answer; when even that fails, accepting pauses for
+ * 100 ms rather than spinning. Either is logged once a minute. Returns 0, or the number of a
+ * termination signal received (SIGTERM, SIGINT). */
 int m40d_server_wait(struct m40d_server *srv, int timeout_ms);
 
 /* m40d_server_close_listener - stop accepting connections (shutdown). */

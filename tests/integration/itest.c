@@ -182,3 +182,24 @@ bool itest_file_has(const char *path, const char *needle)
         fprintf(stderr, "'%s' not in %s:\n%s\n", needle, path, buf);
         return false;
 }
+
+long itest_cpu_ticks(pid_t pid)
+{
+        char path[64], buf[1024], *p;
+        unsigned long ut, stime;
+        FILE *f;
+        size_t n;
+
+        snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+        f = fopen(path, "r");
+        if (!f)
+                return -1;
+        n = fread(buf, 1, sizeof(buf) - 1, f);
+        fclose(f);
+        buf[n] = 0;
+        p = strrchr(buf, ')');
+        if (!p ||
+            sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &stime) != 2)
+                return -1;
+        return (long)(ut + stime);
+}

@@ -54,6 +54,9 @@ int itest_idle(const char *sock);
  * needle; prints the file on stderr when not. */
 bool itest_file_has(const char *path, const char *needle);
 
+/* itest_cpu_ticks - user + system CPU time of process pid in clock ticks, or -1. */
+long itest_cpu_ticks(pid_t pid);
+
 /* A few prompts (stories260K-style). */
 extern const char *const itest_prompts[8];
 

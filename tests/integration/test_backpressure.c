@@ -116,28 +116,6 @@ static uint64_t settle(struct m40_client *mon, struct m40_status *st)
         return same >= 10 ? last : UINT64_MAX;
 }
 
-/* cpu_ticks - user + system CPU time of process pid, in clock ticks. */
-static long cpu_ticks(pid_t pid)
-{
-        char path[64], buf[1024], *p;
-        unsigned long ut, stime;
-        FILE *f;
-        size_t n;
-
-        snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-        f = fopen(path, "r");
-        if (!f)
-                return -1;
-        n = fread(buf, 1, sizeof(buf) - 1, f);
-        fclose(f);
-        buf[n] = 0;
-        p = strrchr(buf, ')');
-        if (!p ||
-            sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &stime) != 2)
-                return -1;
-        return (long)(ut + stime);
-}
-
 int main(int argc, char **argv)
 {
         static struct acc ref, slow;
@@ -188,9 +166,9 @@ int main(int argc, char **argv)
         CHECK(st.active == 1 && st.queued == 0 && st.kv_pages_used > 0);
 
         /* asleep, not spinning, while its only sequence is held */
-        t0 = cpu_ticks(d.pid);
+        t0 = itest_cpu_ticks(d.pid);
         usleep(1000000);
-        t1 = cpu_ticks(d.pid);
+        t1 = itest_cpu_ticks(d.pid);
         fprintf(stderr, "m40d used %.2f s of CPU in 1 s while held\n", (double)(t1 - t0) / hz);
         CHECK(t0 >= 0 && t1 >= 0 && t1 - t0 < hz / 4);
 
