@@ -30,6 +30,7 @@ void m40d_config_default(struct m40d_config *c)
         c->default_max_tokens = 512;
         c->shutdown_timeout_s = 10;
         c->log_level = LOG_INFO;
+        c->parse_budget_ms = 20;
         c->temperature = 0.8f;
         c->top_k = 40;
         c->top_p = 0.95f;
@@ -188,6 +189,8 @@ static int server_key(struct parse *p, const char *key, const char *v)
                 }
                 return bad(p, s, key, "expected err, warning, notice, info or debug");
         }
+        if (!strcmp(key, "parse_budget_ms"))
+                return get_u32(p, s, key, v, 1, 1000, &c->parse_budget_ms);
         return bad(p, s, key, "unknown key");
 }
 

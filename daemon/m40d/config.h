@@ -36,6 +36,8 @@ struct m40d_config {
         uint32_t default_max_tokens;
         uint32_t shutdown_timeout_s;
         int log_level; /* syslog priority: messages above it are dropped */
+        /* per main-loop round for turning submissions into requests (sched.c) */
+        uint32_t parse_budget_ms;
         /* [sampling] */
         float temperature, top_p, min_p, repeat_penalty;
         int32_t top_k;

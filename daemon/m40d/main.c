@@ -354,7 +354,8 @@ static int serve(struct daemon *d)
         uint64_t last_status = 0, last_ping = 0, stop_deadline = 0, ping_ns;
         bool stopping = false;
 
-        ping_ns = d->watchdog_usec ? d->watchdog_usec * 1000u / 2 : 0;
+        /* a quarter of WatchdogSec: a round that runs long still pings within half of it */
+        ping_ns = d->watchdog_usec ? d->watchdog_usec * 1000u / 4 : 0;
         for (;;) {
                 int busy = m40_sched_run(d->s), timeout = busy ? 0 : 1000, sig;
                 uint64_t t = now_ns();

@@ -179,6 +179,25 @@ static void sampling_from(const struct m40_sched *s, const struct m40_proto_sub 
                 sp->seed = sub->t_submit_ns ^ s->requests;
 }
 
+/* longest_piece - the most bytes of text one token can stand for (the longest piece, and
+ * at least 4: an unknown token stands for one UTF-8 character), found once. Every token
+ * covers at most this much of a prompt, so a prompt of len bytes has at least
+ * len / longest_piece tokens. */
+static size_t longest_piece(struct m40_sched *s)
+{
+        if (s->max_piece)
+                return s->max_piece;
+        s->max_piece = 4;
+        for (uint32_t id = 0; id < s->model.n_vocab; id++) {
+                const char *p;
+                size_t len;
+
+                if (!m40_vocab_piece(s->v, (int32_t)id, true, &p, &len) && len > s->max_piece)
+                        s->max_piece = len;
+        }
+        return s->max_piece;
+}
+
 /* The prompt's token ids into s->toks; their count in *ret_n. */
 static int tokenize(struct m40_sched *s, const struct m40_proto_sub *sub, const struct items *it,
                     struct m40_stop *stop, size_t *ret_n, char *why, size_t whylen)
@@ -212,8 +231,13 @@ static int tokenize(struct m40_sched *s, const struct m40_proto_sub *sub, const 
                 r = m40_chat_stop_tokens(s->v, s->tmpl, stop->ids, M40_MAX_STOP_IDS, &n_stop);
                 stop->n_ids = r ? M40_MAX_STOP_IDS : (uint32_t)n_stop;
         }
-        r = m40_vocab_tokenize_scratch(s->v, s->scratch, text, len, flags, s->toks, s->max_ctx,
-                                       &n_out);
+        /* Too long to fit whatever its tokens: refused without the tokenizing, whose time
+         * grows faster than the text (seconds for megabytes) and would stall the loop. */
+        if ((uint64_t)len >= (uint64_t)longest_piece(s) * s->max_ctx)
+                r = -ENOBUFS;
+        else
+                r = m40_vocab_tokenize_scratch(s->v, s->scratch, text, len, flags, s->toks,
+                                               s->max_ctx, &n_out);
         if (r == -ENOBUFS || (!r && n_out >= s->max_ctx)) {
                 snprintf(why, whylen, "the prompt does not fit the context of %u tokens",
                          s->max_ctx);

@@ -10,8 +10,6 @@
 #include "m40d/sched_impl.h"
 #include "text/vocab.h"
 
-#define SUBS_PER_ROUND 64 /* submissions read from one client per round */
-
 static uint64_t now_ns(void)
 {
         struct timespec ts;
@@ -222,53 +220,88 @@ static void reject(struct m40_sched_client *c, uint64_t id, int err, const char 
         req_error(r, err, why);
 }
 
-static void read_client(struct m40_sched *s, struct m40_sched_client *c)
+/* read_one - takes c's next submission (there is one: the caller looked). */
+static void read_one(struct m40_sched *s, struct m40_sched_client *c)
 {
-        for (int i = 0; i < SUBS_PER_ROUND && !c->broken; i++) {
-                struct m40_proto_sub sub;
-                struct req *r;
-                char why[M40_PROTO_TEXT_MAX + 1];
-                int k = m40_ipc_region_pop(&c->region, &sub, s->payload);
+        struct m40_proto_sub sub;
+        struct req *r;
+        char why[M40_PROTO_TEXT_MAX + 1];
+        int k = m40_ipc_region_pop(&c->region, &sub, s->payload);
 
-                if (k == 0)
-                        return;
-                if (k < 0) {
-                        c->broken = k;
-                        return;
-                }
-                if (sub.op == M40_PROTO_OP_CANCEL) {
-                        cancel_req(s, c, sub.req);
-                        continue;
-                }
-                if (sub.op != M40_PROTO_OP_SUBMIT) {
-                        c->broken = M40_EPROTO;
-                        return;
-                }
-                if (c->n_reqs >= s->cfg.max_requests_per_client) {
-                        if (c->n_reqs >= 2 * s->cfg.max_requests_per_client) {
-                                c->broken = M40_EPROTO; /* it ignores the errors it got */
-                                return;
-                        }
-                        snprintf(why, sizeof(why), "too many requests (limit %u per client)",
-                                 s->cfg.max_requests_per_client);
-                        reject(c, sub.req, M40_ELIMIT, why);
-                        continue;
-                }
-                if (s->draining) {
-                        reject(c, sub.req, M40_ESHUTDOWN, "the daemon is shutting down");
-                        continue;
-                }
-                k = req_from_sub(s, &sub, s->payload, &r, why, sizeof(why));
-                if (k) {
-                        reject(c, sub.req, k, why);
-                        continue;
-                }
-                s->requests++;
-                append_req(c, r);
-                r->state = REQ_QUEUED;
-                c->n_queued++;
-                s->n_queued++;
+        if (k <= 0) {
+                c->broken = k;
+                return;
         }
+        if (sub.op == M40_PROTO_OP_CANCEL) {
+                cancel_req(s, c, sub.req);
+                return;
+        }
+        if (sub.op != M40_PROTO_OP_SUBMIT) {
+                c->broken = M40_EPROTO;
+                return;
+        }
+        if (c->n_reqs >= s->cfg.max_requests_per_client) {
+                if (c->n_reqs >= 2 * s->cfg.max_requests_per_client) {
+                        c->broken = M40_EPROTO; /* it ignores the errors it got */
+                        return;
+                }
+                snprintf(why, sizeof(why), "too many requests (limit %u per client)",
+                         s->cfg.max_requests_per_client);
+                reject(c, sub.req, M40_ELIMIT, why);
+                return;
+        }
+        if (s->draining) {
+                reject(c, sub.req, M40_ESHUTDOWN, "the daemon is shutting down");
+                return;
+        }
+        k = req_from_sub(s, &sub, s->payload, &r, why, sizeof(why));
+        if (k) {
+                reject(c, sub.req, k, why);
+                return;
+        }
+        s->requests++;
+        append_req(c, r);
+        r->state = REQ_QUEUED;
+        c->n_queued++;
+        s->n_queued++;
+}
+
+/* read_clients - turns submissions into requests for up to parse_budget_ms (at least
+ * one), one at a time from the client with submissions waiting that has been charged the
+ * least parsing time (start-time fair queueing: a cheap request is not kept behind another
+ * client's flood of long prompts). The rest wait for the next round, so that connections,
+ * STATUS and the watchdog are served in between. While sequences can run, parsing takes at
+ * most half of the time: a round that parsed for T is followed by T without parsing. */
+static void read_clients(struct m40_sched *s)
+{
+        const uint64_t budget = (uint64_t)s->cfg.parse_budget_ms * 1000000u;
+        uint64_t t0 = now_ns(), t;
+
+        if (s->n_active > s->n_held && t0 < s->parse_resume_ns)
+                return;
+        for (;;) {
+                struct m40_sched_client *best = NULL;
+
+                for (struct m40_sched_client *c = s->clients; c; c = c->next) {
+                        if (c->broken || !m40_ipc_region_pending(&c->region))
+                                continue;
+                        if (c->vtime < s->vclock)
+                                c->vtime = s->vclock; /* no credit banked while idle */
+                        if (!best || c->vtime < best->vtime)
+                                best = c;
+                }
+                if (!best)
+                        break;
+                s->vclock = best->vtime;
+                t = now_ns();
+                read_one(s, best);
+                /* + 1 us: clients of cheap submissions still take turns */
+                best->vtime += now_ns() - t + 1000u;
+                if (now_ns() - t0 >= budget)
+                        break;
+        }
+        t = now_ns();
+        s->parse_resume_ns = t + (t - t0);
 }
 
 static uint32_t pages_for(const struct m40_sched *s, const struct req *r)
@@ -445,9 +478,7 @@ int m40_sched_run(struct m40_sched *s)
 {
         bool work = false;
 
-        for (struct m40_sched_client *c = s->clients; c; c = c->next)
-                if (!c->broken)
-                        read_client(s, c);
+        read_clients(s);
         admit(s);
         if (s->n_active) {
                 work = s->n_active > s->n_held;

@@ -44,6 +44,7 @@ struct m40_sched_client {
         uint32_t n_held; /* of n_active */
         bool ev_waiting; /* we raised the region's ev_waiting word */
         int broken;
+        uint64_t vtime; /* ns of parsing charged to it (read_clients' fair order) */
 };
 
 struct m40_sched {
@@ -64,6 +65,9 @@ struct m40_sched {
         size_t cap_chat;
         struct m40_tok_scratch *scratch;
         bool draining;
+        uint64_t vclock;          /* vtime of the client read last */
+        uint64_t parse_resume_ns; /* read_clients: no parsing before, while sequences run */
+        size_t max_piece; /* request.c: most text bytes one token stands for; 0: not known yet */
 };
 
 /* req_from_sub - builds a request from submission sub and its payload (both private

@@ -395,8 +395,12 @@ static int drop_broken(struct m40d_server *srv)
 
         while (c) {
                 struct conn *next = c->next;
+                const char *why = NULL;
 
-                if (c->sc && m40_sched_client_broken(c->sc)) {
+                /* a HELLO may have come while the loop was busy: read it before judging */
+                if (!c->sc && now >= c->deadline_ms && on_readable(srv, c, &why)) {
+                        conn_close(srv, c, why);
+                } else if (c->sc && m40_sched_client_broken(c->sc)) {
                         conn_close(srv, c, "protocol violation in its shared region");
                 } else if (!c->sc && now >= c->deadline_ms) {
                         conn_close(srv, c, "no handshake within 5 s");
