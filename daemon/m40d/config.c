@@ -25,6 +25,10 @@ void m40d_config_default(struct m40d_config *c)
         snprintf(c->group, sizeof(c->group), "m40");
         c->max_clients = 64;
         c->max_requests_per_client = 64;
+        c->max_sequences_per_client = 8;
+        c->max_kv_percent_per_client = 50;
+        c->held_sequences = 16;
+        c->hold_timeout_s = 120;
         c->max_prompt_bytes = 65536;
         c->max_tokens = 4096;
         c->default_max_tokens = 512;
@@ -171,6 +175,14 @@ static int server_key(struct parse *p, const char *key, const char *v)
                 return get_u32(p, s, key, v, 1, 4096, &c->max_clients);
         if (!strcmp(key, "max_requests_per_client"))
                 return get_u32(p, s, key, v, 1, 4096, &c->max_requests_per_client);
+        if (!strcmp(key, "max_sequences_per_client"))
+                return get_u32(p, s, key, v, 1, 1024, &c->max_sequences_per_client);
+        if (!strcmp(key, "max_kv_percent_per_client"))
+                return get_u32(p, s, key, v, 1, 100, &c->max_kv_percent_per_client);
+        if (!strcmp(key, "held_sequences"))
+                return get_u32(p, s, key, v, 0, 1024, &c->held_sequences);
+        if (!strcmp(key, "hold_timeout"))
+                return get_u32(p, s, key, v, 0, 86400, &c->hold_timeout_s);
         if (!strcmp(key, "max_prompt_bytes"))
                 return get_u32(p, s, key, v, 256, M40_IPC_MAX_REQUEST_BYTES / 2,
                                &c->max_prompt_bytes);

@@ -31,6 +31,11 @@ struct m40d_config {
         char group[64]; /* "" : only root and the daemon's user */
         uint32_t max_clients;
         uint32_t max_requests_per_client;
+        /* per-client caps and held sequences (m40d/sched.h) */
+        uint32_t max_sequences_per_client;  /* a client's sequences in the engine at once */
+        uint32_t max_kv_percent_per_client; /* % of the KV pages a client's sequences reserve */
+        uint32_t held_sequences; /* engine slots beyond max_sequences, for held sequences */
+        uint32_t hold_timeout_s; /* a sequence unread this long is cancelled; 0: never */
         uint32_t max_prompt_bytes;
         uint32_t max_tokens;
         uint32_t default_max_tokens;

@@ -207,7 +207,7 @@ static int load_model(struct daemon *d)
         if (m40_chat_tmpl_detect(tmpl_src, &d->tmpl) == 1)
                 m40d_log(LOG_WARNING, "%s: %s chat template; chat requests use chatml",
                          d->cfg.model, tmpl_src ? "unrecognised" : "no");
-        lim.max_seqs = d->cfg.max_sequences;
+        lim.max_seqs = d->cfg.max_sequences + d->cfg.held_sequences; /* m40d/sched.h */
         lim.max_ctx = d->cfg.max_context;
         lim.kv_bytes = d->cfg.kv_memory_mib << 20;
         lim.max_batch_tokens = d->cfg.max_batch_tokens;

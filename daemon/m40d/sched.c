@@ -1,5 +1,7 @@
 /* sched.c - the scheduler (see sched.h): clients and their requests, fair admission with
- * KV reservation, engine steps, turning engine events into text, delivery into rings. */
+ * KV reservation and per-client caps, engine steps, turning engine events into text,
+ * delivery into rings, holding and resuming the sequences of clients that do not read,
+ * and the hold timeout. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -7,6 +9,7 @@
 #include <time.h>
 
 #include "m40/error.h"
+#include "m40d/log.h"
 #include "m40d/sched_impl.h"
 #include "text/vocab.h"
 
@@ -39,7 +42,10 @@ int m40_sched_new(const struct m40d_config *cfg, struct m40_engine *e, const str
                 s->max_ctx = s->model.n_ctx_train && s->model.n_ctx_train < 4096
                                      ? s->model.n_ctx_train
                                      : 4096;
-        s->active = calloc(cfg->max_sequences, sizeof(*s->active));
+        s->pages_per_client =
+                (uint32_t)((uint64_t)s->pages_total * cfg->max_kv_percent_per_client / 100u);
+        s->n_slots = cfg->max_sequences + cfg->held_sequences;
+        s->active = calloc(s->n_slots, sizeof(*s->active));
         s->payload = malloc(cfg->max_prompt_bytes + 4096u);
         s->toks = malloc((size_t)s->max_ctx * sizeof(int32_t));
         if (!s->active || !s->payload || !s->toks || m40_tok_scratch_new(&s->scratch)) {
@@ -101,10 +107,18 @@ static void count_hold(struct m40_sched *s, struct req *r, bool held)
         }
 }
 
+/* Sets r's KV reservation to pages; its client's and the total follow. */
+static void reserve(struct m40_sched *s, struct req *r, uint32_t pages)
+{
+        s->pages_reserved = s->pages_reserved - r->pages + pages;
+        r->cl->pages = r->cl->pages - r->pages + pages;
+        r->pages = pages;
+}
+
 /* Takes an ACTIVE request out of the engine's bookkeeping (its slot and pages). */
 static void unadmit(struct m40_sched *s, struct req *r)
 {
-        for (uint32_t i = 0; i < s->cfg.max_sequences; i++) {
+        for (uint32_t i = 0; i < s->n_slots; i++) {
                 if (s->active[i] == r) {
                         s->active[i] = NULL;
                         break;
@@ -112,8 +126,7 @@ static void unadmit(struct m40_sched *s, struct req *r)
         }
         s->n_active--;
         r->cl->n_active--;
-        s->pages_reserved -= r->pages;
-        r->pages = 0;
+        reserve(s, r, 0);
         count_hold(s, r, false); /* the engine's finish or cancel dropped the hold */
 }
 
@@ -304,13 +317,33 @@ static void read_clients(struct m40_sched *s)
         s->parse_resume_ns = t + (t - t0);
 }
 
-static uint32_t pages_for(const struct m40_sched *s, const struct req *r)
+static uint32_t pages_of(const struct m40_sched *s, uint64_t pos)
 {
-        uint64_t pos = (uint64_t)r->p.n_prompt + r->p.stop.max_tokens;
-
         if (pos > s->max_ctx)
                 pos = s->max_ctx;
         return (uint32_t)((pos + s->page_tokens - 1) / s->page_tokens);
+}
+
+/* pages_for - the KV pages r needs at most: its prompt and max_tokens, within the context. */
+static uint32_t pages_for(const struct m40_sched *s, const struct req *r)
+{
+        return pages_of(s, (uint64_t)r->p.n_prompt + r->p.stop.max_tokens);
+}
+
+/* pages_filled - at least the KV pages r's sequence holds in the engine now: one per
+ * page_tokens of its prompt and generated tokens (the engine has written fewer: the last
+ * token's, and a prompt's pending chunks', not yet). */
+static uint32_t pages_filled(const struct m40_sched *s, const struct req *r)
+{
+        uint32_t n = pages_of(s, (uint64_t)r->p.n_prompt + r->n_gen), all = pages_for(s, r);
+
+        return n < all ? n : all;
+}
+
+/* decoding - active sequences that are not held: those that take part in steps. */
+static uint32_t decoding(const struct m40_sched *s)
+{
+        return s->n_active - s->n_held;
 }
 
 static struct req *first_queued(struct m40_sched_client *c)
@@ -321,25 +354,111 @@ static struct req *first_queued(struct m40_sched_client *c)
         return NULL;
 }
 
-/* The client to admit from next: fewest running sequences, ties in round-robin order. A
- * client with a held sequence is skipped: its event ring is full, and a sequence admitted
- * for it would only sit held in a slot that another client could use. */
+static bool has_backlog(const struct m40_sched_client *c);
+
+/* may_admit - whether c may get a new sequence now: it is not broken, it reads its events
+ * (a client with a held sequence or events waiting for room in its ring would only get
+ * one more held sequence) and it is within its caps (sequences, and KV pages unless it
+ * has none in the engine). */
+static bool may_admit(const struct m40_sched *s, struct m40_sched_client *c)
+{
+        const struct req *r = first_queued(c);
+
+        if (!r || c->broken || c->n_held || c->n_active >= s->cfg.max_sequences_per_client)
+                return false;
+        if (c->n_active && c->pages + pages_for(s, r) > s->pages_per_client)
+                return false;
+        return !has_backlog(c);
+}
+
+/* The client to admit from next: fewest sequences in the engine, ties in round-robin
+ * order, among those that may_admit(). */
 static struct m40_sched_client *pick_client(struct m40_sched *s)
 {
         struct m40_sched_client *best = NULL, *c = s->rr ? s->rr : s->clients;
 
         for (uint32_t i = 0; i < s->n_clients; i++) {
-                if (c->n_queued && !c->broken && !c->n_held &&
-                    (!best || c->n_active < best->n_active))
+                if (c->n_queued && (!best || c->n_active < best->n_active) && may_admit(s, c))
                         best = c;
                 c = c->next ? c->next : s->clients;
         }
         return best;
 }
 
+/* hold - holds r's sequence (its client's ring is full): it leaves the decoding
+ * sequences and keeps reserved only the KV pages it has filled, which it keeps. */
+static void hold(struct m40_sched *s, struct req *r)
+{
+        if (m40_engine_hold(s->e, r->seq, true))
+                return;
+        count_hold(s, r, true);
+        reserve(s, r, pages_filled(s, r));
+}
+
+/* resume - releases held r (its client has read everything) when a decoding place and
+ * the rest of its KV pages are free; returns whether it did. */
+static bool resume(struct m40_sched *s, struct req *r)
+{
+        uint32_t need = pages_for(s, r);
+
+        if (decoding(s) >= s->cfg.max_sequences ||
+            s->pages_reserved - r->pages + need > s->pages_total ||
+            m40_engine_hold(s->e, r->seq, false))
+                return false;
+        count_hold(s, r, false);
+        reserve(s, r, need);
+        return true;
+}
+
+/* resume_ready - resumes the held requests whose clients have read everything, oldest
+ * client first; returns false when one of them must go on waiting. */
+static bool resume_ready(struct m40_sched *s)
+{
+        bool all = true;
+
+        if (!s->n_held)
+                return true;
+        for (struct m40_sched_client *c = s->clients; c; c = c->next)
+                for (struct req *r = c->n_held ? c->reqs : NULL; r; r = r->next)
+                        if (r->state == REQ_ACTIVE && r->held && r->ev_head == r->n_ev)
+                                all &= resume(s, r);
+        return all;
+}
+
+/* expire - cancels the held requests whose clients have read none of their events for
+ * hold_timeout: frees their slots and pages and queues ERROR M40_EUNREAD after their
+ * pending events. */
+static void expire(struct m40_sched *s, uint64_t t)
+{
+        const uint64_t limit = (uint64_t)s->cfg.hold_timeout_s * 1000000000u;
+        char why[M40_PROTO_TEXT_MAX + 1];
+
+        if (!limit || !s->n_held)
+                return;
+        for (struct m40_sched_client *c = s->clients; c; c = c->next) {
+                for (struct req *r = c->n_held ? c->reqs : NULL; r; r = r->next) {
+                        if (r->state != REQ_ACTIVE || !r->held || !r->t_unread_ns ||
+                            t - r->t_unread_ns < limit)
+                                continue;
+                        m40_engine_cancel(s->e, r->seq); /* its event finds no request */
+                        unadmit(s, r);
+                        snprintf(why, sizeof(why),
+                                 "cancelled: its events went unread for %u s (hold_timeout)",
+                                 s->cfg.hold_timeout_s);
+                        req_error(r, M40_EUNREAD, why);
+                        m40d_log(LOG_WARNING,
+                                 "request %llu: cancelled after %u generated tokens: its client "
+                                 "read none of its events for %u s (hold_timeout)",
+                                 (unsigned long long)r->id, r->n_gen, s->cfg.hold_timeout_s);
+                }
+        }
+}
+
 static void admit(struct m40_sched *s)
 {
-        while (s->n_queued && s->n_active < s->cfg.max_sequences) {
+        if (!resume_ready(s))
+                return; /* held requests that can go on come first */
+        while (s->n_queued && decoding(s) < s->cfg.max_sequences && s->n_active < s->n_slots) {
                 struct m40_sched_client *c = pick_client(s);
                 struct req *r = c ? first_queued(c) : NULL;
                 struct m40_proto_ev *e;
@@ -374,8 +493,7 @@ static void admit(struct m40_sched *s)
                 s->active[slot] = r;
                 s->n_active++;
                 c->n_active++;
-                r->pages = need;
-                s->pages_reserved += need;
+                reserve(s, r, need);
                 r->state = REQ_ACTIVE;
                 e = req_event(r, M40_PROTO_EV_ADMITTED);
                 if (e) {
@@ -388,7 +506,7 @@ static void admit(struct m40_sched *s)
 
 static struct req *find_active(struct m40_sched *s, uint32_t seq)
 {
-        for (uint32_t i = 0; i < s->cfg.max_sequences; i++)
+        for (uint32_t i = 0; i < s->n_slots; i++)
                 if (s->active[i] && s->active[i]->seq == seq)
                         return s->active[i];
         return NULL;
@@ -401,7 +519,8 @@ static void on_event(struct m40_sched *s, const struct m40_event *ev, uint64_t t
         size_t len;
 
         if (!r)
-                return; /* its client is gone */
+                return; /* its client is gone, or it was cancelled by expire() */
+        r->n_gen = ev->n_generated;
         if (ev->token >= 0 && !m40_detok_push(r->detok, ev->token, &text, &len) &&
             (len || (r->flags & M40_PROTO_SUB_TOKENS)))
                 req_text(r, text, len, ev->token, t);
@@ -437,10 +556,11 @@ static int step(struct m40_sched *s)
 /* Moves undelivered events into c's ring, oldest request first; frees finished requests.
  * Backpressure: a running request with events left over (the ring is full) has its
  * sequence held until they are all delivered, which bounds what waits here
- * (sched_impl.h). Holding as soon as one event is left, rather than at some larger
- * backlog, keeps that bound to one step's events while the client still has a full ring
- * of events to read, so a client that reads steadily is never slowed by it. */
-static bool deliver(struct m40_sched *s, struct m40_sched_client *c)
+ * (sched_impl.h), and then resumed when there is room (resume()). Holding as soon as one
+ * event is left, rather than at some larger backlog, keeps that bound to one step's
+ * events while the client still has a full ring of events to read, so a client that reads
+ * steadily is never slowed by it. t: now, for the hold timeout's clock. */
+static bool deliver(struct m40_sched *s, struct m40_sched_client *c, uint64_t t)
 {
         int space = m40_ipc_region_space(&c->region);
         struct req *prev = NULL, *r = c->reqs;
@@ -452,15 +572,22 @@ static bool deliver(struct m40_sched *s, struct m40_sched_client *c)
         }
         while (r) {
                 struct req *next = r->next;
+                bool moved = false;
 
                 while (space > 0 && r->ev_head < r->n_ev) {
                         m40_ipc_region_push(&c->region, &r->ev[r->ev_head++]);
                         space--;
-                        pushed = true;
+                        moved = true;
                 }
-                if (r->state == REQ_ACTIVE && r->held != (r->ev_head < r->n_ev) &&
-                    !m40_engine_hold(s->e, r->seq, !r->held))
-                        count_hold(s, r, !r->held);
+                pushed |= moved;
+                if (r->ev_head == r->n_ev)
+                        r->t_unread_ns = 0;
+                else if (moved || !r->t_unread_ns)
+                        r->t_unread_ns = t; /* the client still reads, or stopped now */
+                if (r->state == REQ_ACTIVE && r->ev_head < r->n_ev && !r->held)
+                        hold(s, r);
+                else if (r->state == REQ_ACTIVE && r->ev_head == r->n_ev && r->held)
+                        resume(s, r);
                 if (r->state == REQ_DONE && r->ev_head == r->n_ev) {
                         unlink_req(c, r, prev);
                         req_free(r);
@@ -477,20 +604,23 @@ static bool deliver(struct m40_sched *s, struct m40_sched_client *c)
 int m40_sched_run(struct m40_sched *s)
 {
         bool work = false;
+        uint64_t t = now_ns();
 
         read_clients(s);
+        expire(s, t);
         admit(s);
-        if (s->n_active) {
-                work = s->n_active > s->n_held;
-                step(s);
-        }
+        work = decoding(s) > 0;
+        step(s); /* also takes the events of sequences cancelled since the last one */
+        t = now_ns();
         for (struct m40_sched_client *c = s->clients; c; c = c->next)
                 if (!c->broken)
-                        work |= deliver(s, c);
-        /* Queued requests that admit() left behind wait for a slot or pages (freed by a
-         * step, counted below, or by a client leaving) or for their client to read: each of
-         * those wakes the daemon, so they are no reason to spin. Held sequences neither. */
-        return work || s->n_active > s->n_held;
+                        work |= deliver(s, c, t);
+        /* Queued requests that admit() left behind, and held requests waiting for room to
+         * go on, wait for a slot or pages (freed by a step, counted below, by a client
+         * leaving or by the hold timeout, which the caller's idle timeout of at most 1 s
+         * checks) or for their client to read: each of those wakes the daemon, so they are
+         * no reason to spin. Held sequences neither. */
+        return work || decoding(s) > 0;
 }
 
 /* has_backlog - whether c has events that did not fit its ring. */
@@ -547,7 +677,7 @@ void m40_sched_cancel_all(struct m40_sched *s, int err)
 
         snprintf(why, sizeof(why), "%s",
                  err == M40_ESHUTDOWN ? "the daemon is shutting down" : m40_strerror(err));
-        for (uint32_t i = 0; i < s->cfg.max_sequences; i++) {
+        for (uint32_t i = 0; i < s->n_slots; i++) {
                 struct req *r = s->active[i];
 
                 if (!r)

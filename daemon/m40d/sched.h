@@ -2,15 +2,31 @@
  * events into each client's event ring.
  *
  * Continuous batching: requests are admitted into the engine between steps whenever a
- * sequence slot and enough KV pages (prompt + max_tokens, reserved up front so a running
- * sequence never runs out) are free; the rest wait in per-client queues. Admission is fair:
- * the next request comes from the client with the fewest running sequences, ties broken
- * round-robin, so a client with many requests cannot starve the others. Backpressure: a
- * client whose event ring is full has its running sequences held in the engine
- * (m40_engine_hold) until it reads, so the daemon keeps only a few undelivered events per
- * request (a bound independent of max_tokens, sched_impl.h), the client gets no new
- * sequence meanwhile, and other clients' sequences go on at full speed. Limits from
- * m40d.ini become ERROR events. Single-threaded: the daemon's main loop calls everything. */
+ * decoding place (max_sequences), an engine slot and enough KV pages (prompt + max_tokens,
+ * reserved up front so a running sequence never runs out) are free; the rest wait in
+ * per-client queues. Admission is fair: the next request comes from the client with the
+ * fewest sequences in the engine, ties broken round-robin, and a client gets no new
+ * sequence while it has max_sequences_per_client of them or its sequences reserve
+ * max_kv_percent_per_client of the KV pages (its first sequence excepted), so a client
+ * with many requests cannot starve the others.
+ *
+ * Backpressure: a client whose event ring is full has its running sequences held in the
+ * engine (m40_engine_hold) until it reads, so the daemon keeps only a few undelivered
+ * events per request (a bound independent of max_tokens, sched_impl.h) and the client gets
+ * no new sequence meanwhile. A held sequence needs its KV pages, not a place in the step:
+ * the engine has held_sequences slots beyond max_sequences (m40d's main sizes it so), a
+ * held sequence leaves the max_sequences that decode (runnable requests do not wait behind
+ * it) and keeps reserved only the KV pages it has filled. When its client has read
+ * everything, it decodes on as soon as a decoding place and the rest of its KV pages are
+ * free again, before any new request is admitted; until then it stays held. The engine
+ * is never asked for more than hold and release, so holding only delays: the sequence
+ * produces exactly the tokens it would have produced unheld. A sequence held for
+ * hold_timeout seconds without its client reading any event is cancelled: its slot and
+ * pages are freed, the daemon logs it once, and the client gets its pending events and
+ * then ERROR M40_EUNREAD.
+ *
+ * Limits from m40d.ini become ERROR events. Single-threaded: the daemon's main loop calls
+ * everything. */
 #ifndef M40D_SCHED_H
 #define M40D_SCHED_H
 

@@ -22,6 +22,7 @@ enum {
         M40_ESHUTDOWN = -4105,    /* the daemon is shutting down */
         M40_EPROTO = -4106,       /* the peer broke the protocol */
         M40_ENOTBUILT = -4107,    /* the feature is not built into this binary */
+        M40_EUNREAD = -4108,      /* cancelled: its client left the events unread too long */
 };
 
 /* m40_strerror - a static description of err (negative); never NULL. */
@@ -50,6 +51,8 @@ static inline const char *m40_strerror(int err)
                 return "protocol violation";
         case M40_ENOTBUILT:
                 return "not built into this binary";
+        case M40_EUNREAD:
+                return "cancelled: its events went unread past the daemon's hold timeout";
         default:
                 return strerror(err < 0 ? -err : err);
         }

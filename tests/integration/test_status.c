@@ -101,8 +101,8 @@ out:
         return r;
 }
 
-/* The default KV cache: 16 sequences x 2048 positions = 2048 pages (20 MiB, below the CPU
- * engine's 512 MiB). */
+/* The default KV cache: (16 sequences + 16 held_sequences) x 2048 positions = 4096 pages
+ * (40 MiB, below the CPU engine's 512 MiB). */
 static int test_default(const char *m40d, const char *model)
 {
         struct itest_daemon d;
@@ -113,30 +113,30 @@ static int test_default(const char *m40d, const char *model)
 
         if (itest_daemon_start(&d, m40d, model, "[engine]\nbackend = cpu\nthreads = 2\n", NULL))
                 return 1;
-        CHECK(itest_file_has(d.log, "[engine] KV cache: 2048 pages = 32768 tokens = 20.0 MiB (the "
+        CHECK(itest_file_has(d.log, "[engine] KV cache: 4096 pages = 65536 tokens = 40.0 MiB (the "
                                     "CPU engine's default, at most 512 MiB); 16 sequences at the "
                                     "full context of 2048 take 32768 tokens"));
         CHECK(m40_client_connect(d.sock, &c) == 0);
         CHECK(m40_client_status(c, &st) == 0);
         m40_client_disconnect(c);
-        CHECK(st.kv_pages_total == 2048 && st.kv_pages_used == 0);
+        CHECK(st.kv_pages_total == 4096 && st.kv_pages_used == 0);
         CHECK(st.kv_page_tokens == 16 && st.kv_page_bytes == PAGE_BYTES);
         CHECK(ctl_has(d.sock, "",
-                      "KV cache:   0 of 2048 pages in use (0 of 32768 tokens, 0.0 of 20.0 MiB)"));
+                      "KV cache:   0 of 4096 pages in use (0 of 65536 tokens, 0.0 of 40.0 MiB)"));
         CHECK(ctl_has(d.sock, "--json",
-                      "\"kv_pages_used\":0,\"kv_pages_total\":2048,\"kv_page_tokens\":16,"
-                      "\"kv_page_bytes\":10240,\"kv_tokens_used\":0,\"kv_tokens_total\":32768,"
-                      "\"kv_bytes_used\":0,\"kv_bytes_total\":20971520,"));
+                      "\"kv_pages_used\":0,\"kv_pages_total\":4096,\"kv_page_tokens\":16,"
+                      "\"kv_page_bytes\":10240,\"kv_tokens_used\":0,\"kv_tokens_total\":65536,"
+                      "\"kv_bytes_used\":0,\"kv_bytes_total\":41943040,"));
 
         /* this version: the whole STATUS */
         CHECK(raw_status(d.sock, M40_PROTO_VERSION, &version, &len, &raw) == 0);
         CHECK(version == M40_PROTO_VERSION && len == sizeof(raw));
-        CHECK(raw.kv_pages_total == 2048 && raw.kv_page_tokens == 16 &&
+        CHECK(raw.kv_pages_total == 4096 && raw.kv_page_tokens == 16 &&
               raw.kv_page_bytes == PAGE_BYTES);
         /* version 2: served in version 2, STATUS without what version 3 added */
         CHECK(raw_status(d.sock, 2, &version, &len, &raw) == 0);
         CHECK(version == 2 && len == M40_PROTO_STATUS_V2_BYTES && M40_PROTO_VERSION_MIN <= 2);
-        CHECK(raw.kv_pages_total == 2048 && raw.kv_page_bytes == 0 && raw.n_vocab == 512);
+        CHECK(raw.kv_pages_total == 4096 && raw.kv_page_bytes == 0 && raw.n_vocab == 512);
         /* out of range */
         CHECK(raw_status(d.sock, M40_PROTO_VERSION_MIN - 1, &version, &len, &raw) == M40_EVERSION);
         CHECK(raw_status(d.sock, M40_PROTO_VERSION + 1, &version, &len, &raw) == M40_EVERSION);
