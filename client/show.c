@@ -163,6 +163,8 @@ int m40ctl_show(int argc, char **argv)
         struct m40_gguf *g = NULL;
         bool json = false;
         const char *family;
+        struct m40_chat_template tmpl;
+        char family_text[96];
         int c, e;
 
         optind = 1;
@@ -196,10 +198,16 @@ int m40ctl_show(int argc, char **argv)
                 return M40CTL_EXIT_FAIL;
         }
         family = m40_chat_family_name(m40_chat_detect(info.chat_template));
+        /* what m40d applies beyond the built-in family (chat_detect.h) */
+        snprintf(family_text, sizeof(family_text), "%s%s", family,
+                 m40_chat_template_init(&tmpl, info.chat_template) == 0 && tmpl.default_system
+                         ? " (built in, with the template's default system message)"
+                         : "");
+        m40_chat_template_done(&tmpl);
         if (json)
                 print_json(stdout, g, &info, family);
         else
-                print_text(stdout, g, &info, family);
+                print_text(stdout, g, &info, family_text);
         g = m40_gguf_free(g);
         if (fflush(stdout) != 0 || ferror(stdout)) {
                 fprintf(stderr, "m40ctl show: write error\n");

@@ -98,7 +98,7 @@ static int produce(struct cuda_engine *e, struct m40_seq *s)
         if (e->hist_n[slot] == s->n_toks && s->n_toks < e->lim.max_ctx)
                 e->hist_n[slot]++;
         e->st.generated_tokens++;
-        why = m40_seq_append(s, &e->lim, e->m->eos_id, e->m->eot_id, tok);
+        why = m40_seq_append(s, &e->lim, tok);
         if (why != M40_FINISH_NONE)
                 m40_seq_finish(e->pages, s);
         return m40_seq_events_push(&e->evq, s, tok, why);
@@ -393,6 +393,12 @@ int m40_cuda_engine_new(const char *path, const struct m40_engine_limits *lim, i
         if (r)
                 goto out_free;
         fill_limits(&e->lim, e->m);
+        r = m40_seq_limits_eog(&e->lim, e->m->n_vocab, e->m->eos_id, e->m->eot_id);
+        if (r) {
+                if (err)
+                        snprintf(err, errlen, "%s: bad end-of-generation ids", path);
+                goto out_free;
+        }
         page_bytes = 2ull * 2 * e->m->n_layers * e->lim.page_tokens * e->m->kv_dim;
         n_pages = e->lim.kv_bytes / page_bytes; /* 0 with kv_bytes 0: sized by the allocator */
         r = -EINVAL;

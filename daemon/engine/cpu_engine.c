@@ -77,7 +77,7 @@ static int produce(struct cpu_engine *e, struct m40_seq *s)
         }
         tok = m40_sampler_sample(&s->sampling, &s->rng, lg, s->toks, s->n_toks, &e->scratch);
         e->st.generated_tokens++;
-        why = m40_seq_append(s, &e->lim, e->m->eos_id, e->m->eot_id, tok);
+        why = m40_seq_append(s, &e->lim, tok);
         if (why != M40_FINISH_NONE)
                 m40_seq_finish(e->pages, s);
         return m40_seq_events_push(&e->evq, s, tok, why);
@@ -250,6 +250,12 @@ int m40_cpu_engine_new(const char *path, const struct m40_engine_limits *lim,
         if (r)
                 goto out_free;
         fill_limits(&e->lim, e->m);
+        r = m40_seq_limits_eog(&e->lim, e->m->n_vocab, e->m->eos_id, e->m->eot_id);
+        if (r) {
+                if (err)
+                        snprintf(err, errlen, "%s: bad end-of-generation ids", path);
+                goto out_free;
+        }
         page_bytes = 2ull * 2 * e->m->n_layers * e->lim.page_tokens * e->m->kv_dim;
         n_pages = e->lim.kv_bytes / page_bytes;
         r = -EINVAL;

@@ -20,6 +20,7 @@
 #define M40_MAX_STOP_IDS     16
 #define M40_MAX_STOP_STRINGS 8
 #define M40_MAX_STOP_LEN     64 /* bytes of one stop string */
+#define M40_MAX_EOG_IDS      32 /* end-of-generation ids (m40_engine_limits.eog) */
 
 /* Sampling. Defaults (m40_sampling_default()) are greedy with nothing else enabled. The
  * chain, in order: penalties -> top-k -> top-p -> min-p -> temperature -> draw. */
@@ -35,7 +36,8 @@ struct m40_sampling {
         uint64_t seed;           /* same seed, same prompt, same params -> same tokens */
 };
 
-/* Stop conditions. The model's EOS/EOT ids stop a sequence unless ignore_eos. */
+/* Stop conditions. The engine's end-of-generation ids (m40_engine_limits.eog) stop a
+ * sequence unless ignore_eos; the stop ids here stop it always. */
 struct m40_stop {
         uint32_t max_tokens; /* generated tokens; 0 means up to the context limit */
         bool ignore_eos;
@@ -59,7 +61,7 @@ struct m40_seq_params {
 enum m40_finish {
         M40_FINISH_NONE = 0,    /* still running (token events) */
         M40_FINISH_LENGTH = 1,  /* max_tokens reached */
-        M40_FINISH_EOS = 2,     /* the model's EOS/EOT or a stop id was produced */
+        M40_FINISH_EOS = 2,     /* an end-of-generation id or a stop id was produced */
         M40_FINISH_STOP = 3,    /* a stop string matched */
         M40_FINISH_CANCEL = 4,  /* m40_engine_cancel() */
         M40_FINISH_CONTEXT = 5, /* the context limit was reached */
@@ -141,6 +143,13 @@ struct m40_engine_limits {
         void (*load_progress)(void *ctx, uint64_t done, uint64_t total, double seconds);
         void (*load_note)(void *ctx, const char *msg);
         void *load_ctx;
+        /* The ids that end a sequence unless its stop.ignore_eos: the vocabulary's
+         * end-of-generation set (text/vocab.h m40_vocab_eog(), llama.cpp's
+         * llama_vocab_is_eog), which the engine cannot derive without a tokenizer.
+         * n_eog 0: the file's EOS and EOT ids. Every id must be < n_vocab (else -EINVAL
+         * at creation). */
+        uint32_t n_eog;
+        int32_t eog[M40_MAX_EOG_IDS];
 };
 
 struct m40_engine_model {

@@ -113,10 +113,28 @@ uint32_t m40_seq_count_active(const struct m40_seq *seqs, uint32_t n)
         return active;
 }
 
-static bool is_stop_id(const struct m40_seq *s, int32_t eos_id, int32_t eot_id, int32_t tok)
+int m40_seq_limits_eog(struct m40_engine_limits *lim, uint32_t n_vocab, int32_t eos_id,
+                       int32_t eot_id)
 {
-        if (!s->stop.ignore_eos && (tok == eos_id || tok == eot_id))
-                return true;
+        if (lim->n_eog > M40_MAX_EOG_IDS)
+                return -EINVAL;
+        for (uint32_t i = 0; i < lim->n_eog; i++)
+                if (lim->eog[i] < 0 || (uint32_t)lim->eog[i] >= n_vocab)
+                        return -EINVAL;
+        if (lim->n_eog)
+                return 0;
+        if (eos_id >= 0 && (uint32_t)eos_id < n_vocab)
+                lim->eog[lim->n_eog++] = eos_id;
+        if (eot_id >= 0 && (uint32_t)eot_id < n_vocab && eot_id != eos_id)
+                lim->eog[lim->n_eog++] = eot_id;
+        return 0;
+}
+
+static bool is_stop_id(const struct m40_seq *s, const struct m40_engine_limits *lim, int32_t tok)
+{
+        for (uint32_t i = 0; i < lim->n_eog && !s->stop.ignore_eos; i++)
+                if (lim->eog[i] == tok)
+                        return true;
         for (uint32_t i = 0; i < s->stop.n_ids; i++)
                 if (s->stop.ids[i] == tok)
                         return true;
@@ -151,12 +169,11 @@ static bool stop_string(struct m40_seq *s, const struct m40_engine_limits *lim, 
         return false;
 }
 
-uint32_t m40_seq_append(struct m40_seq *s, const struct m40_engine_limits *lim, int32_t eos_id,
-                        int32_t eot_id, int32_t tok)
+uint32_t m40_seq_append(struct m40_seq *s, const struct m40_engine_limits *lim, int32_t tok)
 {
         s->toks[s->n_toks++] = tok;
         s->n_gen++;
-        if (is_stop_id(s, eos_id, eot_id, tok))
+        if (is_stop_id(s, lim, tok))
                 return M40_FINISH_EOS;
         if (stop_string(s, lim, tok))
                 return M40_FINISH_STOP;

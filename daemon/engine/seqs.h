@@ -77,12 +77,18 @@ int m40_seq_hold(struct m40_seq *seqs, uint32_t n, uint32_t id, bool hold);
 /* m40_seq_count_active - how many of seqs (n of them) are active. */
 uint32_t m40_seq_count_active(const struct m40_seq *seqs, uint32_t n);
 
+/* m40_seq_limits_eog - resolve lim's end-of-generation ids at engine creation: with n_eog
+ * 0 they become the model file's eos_id and eot_id (those >= 0). Returns 0, or -EINVAL
+ * when n_eog > M40_MAX_EOG_IDS or an id is outside [0, n_vocab) (lim then unchanged). */
+int m40_seq_limits_eog(struct m40_engine_limits *lim, uint32_t n_vocab, int32_t eos_id,
+                       int32_t eot_id);
+
 /* m40_seq_append - append the sampled token tok to s (s->toks must have room, as admit
- * sized it) and return the finish reason it causes, M40_FINISH_NONE when none: an end
- * token (eos_id, eot_id) or stop id, a stop string (detokenized by lim->piece), max_tokens
- * or the context (lim->max_ctx), checked in that order. Does not finish s. */
-uint32_t m40_seq_append(struct m40_seq *s, const struct m40_engine_limits *lim, int32_t eos_id,
-                        int32_t eot_id, int32_t tok);
+ * sized it) and return the finish reason it causes, M40_FINISH_NONE when none: an
+ * end-of-generation id of lim (unless s->stop.ignore_eos) or a stop id, a stop string
+ * (detokenized by lim->piece), max_tokens or the context (lim->max_ctx), checked in that
+ * order. Does not finish s. */
+uint32_t m40_seq_append(struct m40_seq *s, const struct m40_engine_limits *lim, int32_t tok);
 
 /* m40_seq_finish - end s: return its pages to pages and drop any hold; the slot keeps its
  * logits until it is reused. */

@@ -38,7 +38,7 @@ struct daemon {
         struct m40_engine *e;
         struct m40_sched *s;
         struct m40d_server *srv;
-        enum m40_chat_tmpl tmpl;
+        struct m40_chat_template tmpl;
         struct m40_proto_status model;
         gid_t gid;
         uint64_t watchdog_usec;
@@ -197,6 +197,8 @@ static int load_model(struct daemon *d)
         struct m40_engine_limits lim = {0};
         struct m40_engine_model info;
         const char *tmpl_src = NULL, *base;
+        const int32_t *eog;
+        size_t n_eog;
         char err[512] = "";
         int r;
 
@@ -204,9 +206,22 @@ static int load_model(struct daemon *d)
         if (r)
                 return m40d_log_errno(r, "%s: cannot load the tokenizer: %s", d->cfg.model, err);
         m40_gguf_get_str(d->g, "tokenizer.chat_template", NULL, &tmpl_src);
-        if (m40_chat_tmpl_detect(tmpl_src, &d->tmpl) == 1)
+        r = m40_chat_template_init(&d->tmpl, tmpl_src);
+        if (r == -ENOMEM)
+                return m40d_log_errno(r, "%s: cannot read the chat template", d->cfg.model);
+        if (r)
                 m40d_log(LOG_WARNING, "%s: %s chat template; chat requests use chatml",
-                         d->cfg.model, tmpl_src ? "unrecognised" : "no");
+                         d->cfg.model, r == -ENOENT ? "no" : "unrecognised");
+        eog = m40_vocab_eog(d->v, &n_eog);
+        if (n_eog <= M40_MAX_EOG_IDS) {
+                memcpy(lim.eog, eog, n_eog * sizeof(*eog));
+                lim.n_eog = (uint32_t)n_eog;
+        } else {
+                m40d_log(LOG_WARNING,
+                         "%s: %zu end-of-generation tokens; generation stops at "
+                         "EOS/EOT only",
+                         d->cfg.model, n_eog);
+        }
         lim.max_seqs = d->cfg.max_sequences + d->cfg.held_sequences; /* m40d/sched.h */
         lim.max_ctx = d->cfg.max_context;
         lim.kv_bytes = d->cfg.kv_memory_mib << 20;
@@ -229,12 +244,15 @@ static int load_model(struct daemon *d)
         snprintf(d->model.model, sizeof(d->model.model), "%.127s", base);
         snprintf(d->model.arch, sizeof(d->model.arch), "%s", info.arch);
         snprintf(d->model.backend, sizeof(d->model.backend), "%s", backend);
-        snprintf(d->model.chat_tmpl, sizeof(d->model.chat_tmpl), "%s", m40_chat_tmpl_name(d->tmpl));
+        snprintf(d->model.chat_tmpl, sizeof(d->model.chat_tmpl), "%s",
+                 m40_chat_tmpl_name(d->tmpl.tmpl));
         m40d_log(LOG_INFO,
                  "loaded %s: %s, %u layers, dim %u, vocab %u, %.1f MiB of weights, "
-                 "chat template %s, backend %s",
+                 "chat template %s%s, backend %s",
                  base, info.arch, info.n_layers, info.dim, info.n_vocab,
-                 info.weight_bytes / 1048576.0, d->model.chat_tmpl, backend);
+                 info.weight_bytes / 1048576.0, d->model.chat_tmpl,
+                 d->tmpl.default_system ? " with the template's default system message" : "",
+                 backend);
         return 0;
 }
 
@@ -471,7 +489,7 @@ int main(int argc, char **argv)
         sd_notifyf(0, "STATUS=loading %s", d.cfg.model);
         r = load_model(&d);
         if (!r)
-                r = m40_sched_new(&d.cfg, d.e, d.v, d.tmpl, &d.s);
+                r = m40_sched_new(&d.cfg, d.e, d.v, &d.tmpl, &d.s);
         if (!r) {
                 log_kv(&d);
                 r = fit_fd_limit(&d);
@@ -501,6 +519,7 @@ out:
         d.s = m40_sched_free(d.s);
         m40_engine_free(d.e);
         m40_vocab_free(d.v);
+        m40_chat_template_done(&d.tmpl);
         m40_gguf_free(d.g);
         return r ? 1 : 0;
 }

@@ -210,7 +210,7 @@ static int tokenize(struct m40_sched *s, const struct m40_proto_sub *sub, const 
         if (sub->flags & M40_PROTO_SUB_CHAT) {
                 size_t n_stop;
 
-                r = m40_chat_format(s->tmpl, it->msgs, it->n_msgs, true, s->chat, s->cap_chat,
+                r = m40_chat_render(s->tmpl, it->msgs, it->n_msgs, true, s->chat, s->cap_chat,
                                     &len);
                 if (r == -ENOBUFS) {
                         char *c = realloc(s->chat, len + 1);
@@ -219,7 +219,7 @@ static int tokenize(struct m40_sched *s, const struct m40_proto_sub *sub, const 
                                 return -ENOMEM;
                         s->chat = c;
                         s->cap_chat = len + 1;
-                        r = m40_chat_format(s->tmpl, it->msgs, it->n_msgs, true, s->chat,
+                        r = m40_chat_render(s->tmpl, it->msgs, it->n_msgs, true, s->chat,
                                             s->cap_chat, &len);
                 }
                 if (r) {
@@ -228,8 +228,11 @@ static int tokenize(struct m40_sched *s, const struct m40_proto_sub *sub, const 
                 }
                 text = s->chat;
                 flags |= M40_TOKENIZE_PARSE_SPECIAL;
-                r = m40_chat_stop_tokens(s->v, s->tmpl, stop->ids, M40_MAX_STOP_IDS, &n_stop);
-                stop->n_ids = r ? M40_MAX_STOP_IDS : (uint32_t)n_stop;
+                if (!stop->ignore_eos) { /* a turn's end is an end of generation too */
+                        r = m40_chat_stop_tokens(s->v, s->tmpl->tmpl, stop->ids, M40_MAX_STOP_IDS,
+                                                 &n_stop);
+                        stop->n_ids = r ? M40_MAX_STOP_IDS : (uint32_t)n_stop;
+                }
         }
         /* Too long to fit whatever its tokens: refused without the tokenizing, whose time
          * grows faster than the text (seconds for megabytes) and would stall the loop. */

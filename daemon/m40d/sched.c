@@ -22,7 +22,7 @@ static uint64_t now_ns(void)
 }
 
 int m40_sched_new(const struct m40d_config *cfg, struct m40_engine *e, const struct m40_vocab *v,
-                  enum m40_chat_tmpl tmpl, struct m40_sched **ret)
+                  const struct m40_chat_template *tmpl, struct m40_sched **ret)
 {
         struct m40_engine_stats st;
         struct m40_sched *s = calloc(1, sizeof(*s));

@@ -43,9 +43,10 @@ struct m40_sched;
 struct m40_sched_client;
 
 /* m40_sched_new - a scheduler over engine e (borrowed) with vocabulary v (borrowed) and
- * chat template tmpl, limits from cfg (copied). Returns 0 and it in *ret, or -ENOMEM. */
+ * chat template tmpl (borrowed), limits from cfg (copied). Returns 0 and it in *ret, or
+ * -ENOMEM. */
 int m40_sched_new(const struct m40d_config *cfg, struct m40_engine *e, const struct m40_vocab *v,
-                  enum m40_chat_tmpl tmpl, struct m40_sched **ret);
+                  const struct m40_chat_template *tmpl, struct m40_sched **ret);
 /* m40_sched_free - frees s and every client still attached; accepts NULL; returns NULL. */
 struct m40_sched *m40_sched_free(struct m40_sched *s);
 

@@ -56,7 +56,7 @@ struct m40_sched {
         struct m40d_config cfg;
         struct m40_engine *e;
         const struct m40_vocab *v;
-        enum m40_chat_tmpl tmpl;
+        const struct m40_chat_template *tmpl;
         struct m40_engine_model model;
         struct m40_sched_client *clients, *rr; /* rr: where the next admission round starts */
         struct req **active;                   /* (n_slots) */

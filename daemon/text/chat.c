@@ -259,6 +259,24 @@ int m40_chat_format(enum m40_chat_tmpl t, const struct m40_chat_msg *msgs, size_
         return e;
 }
 
+int m40_chat_render(const struct m40_chat_template *t, const struct m40_chat_msg *msgs, size_t n,
+                    bool add_generation_prompt, char *out, size_t cap, size_t *n_out)
+{
+        struct m40_chat_msg *all;
+        int e;
+
+        if (!t->default_system || !n || (msgs[0].role && is(msgs[0].role, "system")))
+                return m40_chat_format(t->tmpl, msgs, n, add_generation_prompt, out, cap, n_out);
+        all = malloc((n + 1) * sizeof(*all));
+        if (!all)
+                return -ENOMEM;
+        all[0] = (struct m40_chat_msg){"system", t->default_system};
+        memcpy(all + 1, msgs, n * sizeof(*msgs));
+        e = m40_chat_format(t->tmpl, all, n + 1, add_generation_prompt, out, cap, n_out);
+        free(all);
+        return e;
+}
+
 /* The texts that end a turn, per family (looked up in the vocabulary). */
 static const char *const *eot_texts(enum m40_chat_family f)
 {

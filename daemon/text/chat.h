@@ -31,6 +31,12 @@ struct m40_chat_msg {
 int m40_chat_format(enum m40_chat_tmpl t, const struct m40_chat_msg *msgs, size_t n,
                     bool add_generation_prompt, char *out, size_t cap, size_t *n_out);
 
+/* m40_chat_render - m40_chat_format() with template t's semantics: its default system
+ * message (struct m40_chat_template) goes first when the conversation has messages and the
+ * first is not a system message. Same returns as m40_chat_format(). */
+int m40_chat_render(const struct m40_chat_template *t, const struct m40_chat_msg *msgs, size_t n,
+                    bool add_generation_prompt, char *out, size_t cap, size_t *n_out);
+
 /* m40_chat_stop_tokens - the ids that end an assistant turn in template t for vocabulary v:
  * the template's end-of-turn token ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>",
  * "</s>", ...) where v has it, plus v's end-of-generation set (EOS included). Ascending,

@@ -1,11 +1,13 @@
 /* chat_detect.c - chat template detection from marker strings, llama.cpp's rules in
- * llama.cpp's order (see chat_detect.h). Markers of templates we do not format are tested
+ * llama.cpp's order (see chat_detect.h), and the default system message of a chatml
+ * template. Markers of templates we do not format are tested
  * too, at their place in the order, so that a template llama.cpp would format as, say,
  * falcon3 is reported as unknown here instead of being mistaken for a later rule's match. */
 #include "chat_detect.h"
 
 #include <errno.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "m40/error.h"
@@ -96,6 +98,92 @@ int m40_chat_tmpl_detect(const char *tmpl, enum m40_chat_tmpl *ret)
                 return M40_EUNSUPPORTED;
         *ret = t;
         return 0;
+}
+
+static const char sys_open[] = "<|im_start|>system\n";
+static const char sys_close[] = "<|im_end|>\n";
+
+/* unquote - the Jinja string literal whose opening quote is at q, unescaped into out (room
+ * for cap bytes). Returns its length, or -1 when it is unterminated or longer than cap. */
+static long unquote(const char *q, char *out, size_t cap)
+{
+        size_t n = 0;
+
+        for (const char *p = q + 1; *p; p++) {
+                char c = *p;
+
+                if (c == *q)
+                        return (long)n;
+                if (c == '\\' && p[1]) {
+                        c = *++p;
+                        if (c == 'n' || c == 't' || c == 'r') {
+                                c = c == 'n' ? '\n' : c == 't' ? '\t' : '\r';
+                        } else if (c != '\\' && c != '\'' && c != '"') {
+                                if (n == cap)
+                                        return -1;
+                                out[n++] = '\\'; /* an unknown escape keeps its backslash */
+                        }
+                }
+                if (n == cap)
+                        return -1;
+                out[n++] = c;
+        }
+        return -1;
+}
+
+/* default_system - the content of the first string literal in src that is a whole chatml
+ * system message, when src also tests the first message's role (so it writes that literal
+ * only without a system message). Returns 0 with a new string in *ret or NULL when there
+ * is none; -ENOMEM. */
+static int default_system(const char *src, char **ret)
+{
+        const size_t lo = sizeof(sys_open) - 1, lc = sizeof(sys_close) - 1;
+        const size_t cap = lo + M40_CHAT_MAX_DEFAULT_SYSTEM + lc;
+        char *buf;
+
+        *ret = NULL;
+        if (!has(src, "messages[0]['role']") && !has(src, "messages[0][\"role\"]") &&
+            !has(src, "messages[0].role"))
+                return 0;
+        buf = malloc(cap + 1);
+        if (!buf)
+                return -ENOMEM;
+        for (const char *p = strstr(src, "<|im_start|>system"); p;
+             p = strstr(p + 1, "<|im_start|>system")) {
+                long n;
+
+                if (p == src || (p[-1] != '\'' && p[-1] != '"'))
+                        continue;
+                n = unquote(p - 1, buf, cap);
+                if (n < (long)(lo + lc) || memcmp(buf, sys_open, lo) ||
+                    memcmp(buf + n - lc, sys_close, lc))
+                        continue;
+                buf[n - lc] = 0;
+                if (strstr(buf + lo, "<|im_end|>"))
+                        continue;
+                memmove(buf, buf + lo, (size_t)n - lc - lo + 1);
+                *ret = buf;
+                return 0;
+        }
+        free(buf);
+        return 0;
+}
+
+int m40_chat_template_init(struct m40_chat_template *t, const char *src)
+{
+        int r;
+
+        *t = (struct m40_chat_template){M40_CHAT_TMPL_CHATML, NULL};
+        r = m40_chat_tmpl_detect(src, &t->tmpl);
+        if (!r && t->tmpl == M40_CHAT_TMPL_CHATML && default_system(src, &t->default_system))
+                return -ENOMEM;
+        return r;
+}
+
+void m40_chat_template_done(struct m40_chat_template *t)
+{
+        free(t->default_system);
+        t->default_system = NULL;
 }
 
 const char *m40_chat_tmpl_name(enum m40_chat_tmpl t)

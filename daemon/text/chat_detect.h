@@ -8,6 +8,7 @@
 #define M40_CHAT_DETECT_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 enum m40_chat_family {
         M40_CHAT_NONE, /* the model has no template */
@@ -46,6 +47,29 @@ enum m40_chat_tmpl {
  * On failure a caller formats with M40_CHAT_TMPL_CHATML and warns once that the model may
  * not follow it. */
 int m40_chat_tmpl_detect(const char *tmpl, enum m40_chat_tmpl *ret);
+
+/* A model's chat template as m40-llm applies it: the built-in format that llama.cpp's
+ * detection picks, plus what the model's Jinja adds to that format which we reproduce: a
+ * default system message. Chatml templates such as SmolLM2's and Qwen2's write one (a
+ * string literal "<|im_start|>system\n...<|im_end|>\n") when the conversation does not
+ * open with a system message; llama.cpp's built-in chatml does not, its Jinja path does. */
+struct m40_chat_template {
+        enum m40_chat_tmpl tmpl;
+        char *default_system; /* NUL-terminated; NULL when the template has none */
+};
+
+/* Bytes of a default system message we take from a template; a longer one is ignored. */
+#define M40_CHAT_MAX_DEFAULT_SYSTEM 4096u
+
+/* m40_chat_template_init - fill caller storage t from src (Jinja source or a template
+ * name; NULL or "": none). Returns m40_chat_tmpl_detect()'s result: 0 when recognised;
+ * -ENOENT or M40_EUNSUPPORTED with t set to chatml without a default system message (the
+ * fallback, about which a caller warns once); or -ENOMEM with t zeroed. Release with
+ * m40_chat_template_done(). */
+int m40_chat_template_init(struct m40_chat_template *t, const char *src);
+
+/* m40_chat_template_done - free what t owns; t may be zeroed or already done. */
+void m40_chat_template_done(struct m40_chat_template *t);
 
 /* m40_chat_tmpl_name - "chatml", "llama2-sys", ...; "?" past the enum. */
 const char *m40_chat_tmpl_name(enum m40_chat_tmpl t);

@@ -110,7 +110,7 @@ static struct m40_plan_step step(struct bed *b)
                 struct m40_seq *s = &b->seqs[k];
 
                 if (s->state == M40_SEQ_ACTIVE && s->row >= 0)
-                        m40_seq_append(s, &b->lim, -1, -1, 1);
+                        m40_seq_append(s, &b->lim, 1);
         }
         return ps;
 }

@@ -447,6 +447,146 @@ static void test_stories(const char *root)
         m40_vocab_free(v);
 }
 
+/* eog_gguf - a byte-level BPE vocabulary: the n_sp control tokens sp first (ids 0..), then
+ * the 256 GPT-2 byte tokens and "ab"; eos (and eot when >= 0) named in the metadata. */
+static struct gguf_mini eog_gguf(const char *const *sp, int n_sp, uint32_t eos, int eot)
+{
+        static char enc[256][4];
+        const char *toks[300], *merge[] = {"a b"};
+        int32_t types[300];
+        int n = 0;
+        struct gguf_mini g;
+
+        for (int i = 0; i < n_sp; i++) {
+                toks[n] = sp[i];
+                types[n++] = 3;
+        }
+        for (int b = 0, extra = 0; b < 256; b++) {
+                bool self = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+                enc[b][m40_utf8_encode(self ? (uint32_t)b : 256u + (uint32_t)extra++, enc[b])] = 0;
+                toks[n] = enc[b];
+                types[n++] = 1;
+        }
+        toks[n] = "ab";
+        types[n++] = 1;
+        gm_begin(&g);
+        gm_kv_str(&g, "general.architecture", "llama");
+        gm_kv_str(&g, "tokenizer.ggml.model", "gpt2");
+        gm_kv_str(&g, "tokenizer.ggml.pre", "smollm");
+        gm_kv_strs(&g, "tokenizer.ggml.tokens", toks, NULL, (size_t)n);
+        gm_kv_i32s(&g, "tokenizer.ggml.token_type", types, (size_t)n);
+        gm_kv_strs(&g, "tokenizer.ggml.merges", merge, NULL, 1);
+        gm_kv_u32(&g, "tokenizer.ggml.bos_token_id", 1);
+        gm_kv_u32(&g, "tokenizer.ggml.eos_token_id", eos);
+        if (eot >= 0)
+                gm_kv_u32(&g, "tokenizer.ggml.eot_token_id", (uint32_t)eot);
+        gm_kv_bool(&g, "tokenizer.ggml.add_bos_token", 0);
+        gm_end(&g);
+        return g;
+}
+
+/* eog_is - whether v's end-of-generation set is exactly want[0..n), and agrees with
+ * m40_vocab_is_eog() over every id. */
+static bool eog_is(const struct m40_vocab *v, const int32_t *want, size_t n)
+{
+        size_t n_eog, k = 0;
+        const int32_t *eog = m40_vocab_eog(v, &n_eog);
+
+        if (n_eog != n || memcmp(eog, want, n * sizeof(*want)))
+                return false;
+        for (uint32_t id = 0; id < m40_vocab_n_tokens(v); id++) {
+                bool in = k < n && want[k] == (int32_t)id;
+                k += in;
+                if (m40_vocab_is_eog(v, (int32_t)id) != in)
+                        return false;
+        }
+        return true;
+}
+
+/* The end-of-generation set, derived as llama.cpp's vocabulary loader does: EOS, EOT, EOM,
+ * the FIM pad/repo/sep tokens and the tokens whose text is a known end of turn. */
+static void test_eog(void)
+{
+        static const char *const smollm[] = {"<|endoftext|>", "<|im_start|>", "<|im_end|>",
+                                             "<repo_name>",   "<reponame>",   "<file_sep>"};
+        static const char *const harmony[] = {"<|endoftext|>", "<|start|>", "<|return|>",
+                                              "<|call|>",      "<|end|>",   "<|message|>"};
+        struct gguf_mini img;
+        struct m40_vocab *v = NULL;
+        char err[256];
+
+        /* SmolLM2: EOS <|im_end|>, EOT <|endoftext|> by its text, <reponame> as FIM repo */
+        img = eog_gguf(smollm, 6, 2, -1);
+        CHECK(mini_vocab(&img, &v, err, sizeof(err)) == 0);
+        CHECK(v && eog_is(v, (const int32_t[]){0, 2, 4}, 3));
+        CHECK(v && m40_vocab_special(v)->eot == 0 && m40_vocab_special(v)->fim_rep == 4);
+        CHECK(v && (m40_vocab_token_attr(v, 4) & M40_TOKEN_CONTROL));
+        v = m40_vocab_free(v);
+        /* an EOT named in the metadata joins the set */
+        img = eog_gguf(smollm, 6, 2, 5);
+        CHECK(mini_vocab(&img, &v, err, sizeof(err)) == 0);
+        CHECK(v && eog_is(v, (const int32_t[]){0, 2, 4, 5}, 4));
+        v = m40_vocab_free(v);
+        /* o200k_harmony: with <|return|> and <|call|>, <|end|> ends a message, not the
+         * generation */
+        img = eog_gguf(harmony, 6, 2, -1);
+        CHECK(mini_vocab(&img, &v, err, sizeof(err)) == 0);
+        CHECK(v && eog_is(v, (const int32_t[]){0, 2, 3}, 3));
+        v = m40_vocab_free(v);
+}
+
+/* A chat template's default system message (SmolLM2's and Qwen2.5's Jinja write one when
+ * the conversation opens without a system message), applied as their Jinja applies it. */
+static void test_chat_template(void)
+{
+        static const char smollm2[] =
+                "{% for message in messages %}{% if loop.first and messages[0]['role'] != "
+                "'system' %}{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, "
+                "trained by Hugging Face<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + "
+                "message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}"
+                "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+        static const char qwen[] =
+                "{%- if tools %}{{- '<|im_start|>system\\n' }}{%- if messages[0]['role'] == "
+                "'system' %}{{- messages[0]['content'] }}{%- else %}{{- 'You are Qwen.' }}"
+                "{%- endif %}{%- else %}{%- if messages[0]['role'] == 'system' %}{{- "
+                "'<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}{%- else %}"
+                "{{- \"<|im_start|>system\\nYou are \\\"Qwen\\\", \\\\o/<|im_end|>\\n\" }}"
+                "{%- endif %}{%- endif %}";
+        const struct m40_chat_msg user[] = {{"user", "Hi"}},
+                                  sys[] = {{"system", "S"}, {"user", "Hi"}};
+        struct m40_chat_template t;
+        char out[512];
+        size_t n;
+
+        CHECK(m40_chat_template_init(&t, smollm2) == 0 && t.tmpl == M40_CHAT_TMPL_CHATML);
+        CHECK(t.default_system && !strcmp(t.default_system, "You are a helpful AI assistant named "
+                                                            "SmolLM, trained by Hugging Face"));
+        CHECK(m40_chat_render(&t, user, 1, true, out, sizeof(out), &n) == 0);
+        CHECK(!strcmp(out, "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, "
+                           "trained by Hugging Face<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+                           "<|im_start|>assistant\n"));
+        CHECK(m40_chat_render(&t, sys, 2, false, out, sizeof(out), &n) == 0);
+        CHECK(!strcmp(out, "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"));
+        CHECK(m40_chat_render(&t, user, 1, true, out, 8, &n) == -ENOBUFS && n == 150);
+        CHECK(m40_chat_render(&t, user, 0, true, out, sizeof(out), &n) == 0 &&
+              !strcmp(out, "<|im_start|>assistant\n"));
+        m40_chat_template_done(&t);
+        m40_chat_template_done(&t);
+        CHECK(m40_chat_template_init(&t, qwen) == 0 && t.default_system &&
+              !strcmp(t.default_system, "You are \"Qwen\", \\o/"));
+        m40_chat_template_done(&t);
+        /* the literal without a test of the first message's role is not a default */
+        CHECK(m40_chat_template_init(&t, "{{ '<|im_start|>system\nX<|im_end|>\n' }}") == 0 &&
+              t.tmpl == M40_CHAT_TMPL_CHATML && !t.default_system);
+        CHECK(m40_chat_template_init(&t, "chatml") == 0 && !t.default_system);
+        CHECK(m40_chat_render(&t, user, 1, true, out, sizeof(out), &n) == 0 &&
+              !strcmp(out, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"));
+        t.tmpl = M40_CHAT_TMPL_GEMMA;
+        CHECK(m40_chat_template_init(&t, "USER: x ASSISTANT: y") == M40_EUNSUPPORTED &&
+              t.tmpl == M40_CHAT_TMPL_CHATML && !t.default_system);
+        CHECK(m40_chat_template_init(&t, NULL) == -ENOENT && t.tmpl == M40_CHAT_TMPL_CHATML);
+}
+
 int main(int argc, char **argv)
 {
         test_utf8();
@@ -454,6 +594,8 @@ int main(int argc, char **argv)
         test_spm();
         test_bpe();
         test_chat();
+        test_eog();
+        test_chat_template();
         test_threads();
         test_stories(argc > 1 ? argv[1] : ".");
         if (failures)

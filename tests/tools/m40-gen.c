@@ -19,7 +19,9 @@
  * --print-tokens asks for ids. --backend cuda runs the CUDA engine on GPU 0 (f32
  * activations); --vram-limit-mb caps the device memory it takes (engine.h; a model that
  * does not fit fails with what it needs and what is available; the CPU engine ignores
- * it). Exit status: 0 done, 1 runtime failure, 2 usage error. */
+ * it). Generation ends at the vocabulary's end-of-generation tokens (as in m40d and
+ * llama.cpp; the file's EOS/EOT when it has no vocabulary we read) unless --ignore-eos.
+ * Exit status: 0 done, 1 runtime failure, 2 usage error. */
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -150,8 +152,9 @@ static int write_logits(struct m40_engine *e, uint32_t id, uint32_t n_vocab, FIL
         return rc;
 }
 
-/* load_vocab - the tokenizer of the GGUF at path in *ret; prints why on failure. */
-static int load_vocab(const char *path, struct m40_vocab **ret)
+/* load_vocab - the tokenizer of the GGUF at path in *ret; prints why on failure when
+ * verbose. */
+static int load_vocab(const char *path, struct m40_vocab **ret, bool verbose)
 {
         char err[M40_GGUF_ERRLEN] = "";
         struct m40_gguf *g = NULL;
@@ -159,7 +162,7 @@ static int load_vocab(const char *path, struct m40_vocab **ret)
 
         if (!r)
                 r = m40_vocab_new(g, ret, err, sizeof(err));
-        if (r)
+        if (r && verbose)
                 fprintf(stderr, "m40-gen: %s\n", err[0] ? err : m40_strerror(r));
         m40_gguf_free(g);
         return r;
@@ -365,7 +368,7 @@ int main(int argc, char **argv)
         }
 #endif
         if (text) {
-                r = load_vocab(model, &vocab);
+                r = load_vocab(model, &vocab, true);
                 if (r)
                         return 1;
                 r = tokenize_prompt(vocab, text, prompt, start, &n_prompts);
@@ -375,6 +378,15 @@ int main(int argc, char **argv)
                 fprintf(stderr, "m40-gen: --tokens wants comma-separated token ids, prompts "
                                 "separated by ';'\n");
                 return 2;
+        }
+        if (vocab || !load_vocab(model, &vocab, false)) {
+                size_t n_eog;
+                const int32_t *eog = m40_vocab_eog(vocab, &n_eog);
+
+                if (n_eog <= M40_MAX_EOG_IDS) {
+                        memcpy(lim.eog, eog, n_eog * sizeof(*eog));
+                        lim.n_eog = (uint32_t)n_eog;
+                }
         }
         sp.stop.max_tokens = (uint32_t)n_predict;
         sp.keep_logits = logits_out != NULL;

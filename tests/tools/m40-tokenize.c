@@ -226,17 +226,19 @@ static int run_chat(const struct m40_vocab *v, const char *tmpl_arg, bool gen)
 {
         struct m40_chat_msg msgs[64];
         char *lines[64] = {0}, *src = NULL, *out = NULL;
-        enum m40_chat_tmpl t;
+        struct m40_chat_template t;
         size_t n = 0, cap = 0, len = 0;
         int e = 0;
 
         if (tmpl_arg[0] == '@' && !(src = read_file(tmpl_arg + 1)))
                 return -errno;
-        if (m40_chat_tmpl_detect(src ? src : tmpl_arg, &t)) {
-                fprintf(stderr, "m40-tokenize: unknown chat template, using chatml\n");
-                t = M40_CHAT_TMPL_CHATML;
-        }
+        e = m40_chat_template_init(&t, src ? src : tmpl_arg);
         free(src);
+        if (e == -ENOMEM)
+                return e;
+        if (e)
+                fprintf(stderr, "m40-tokenize: unknown chat template, using chatml\n");
+        e = 0;
         for (; n < 64 && getline(&lines[n], &cap, stdin) >= 0; n++, cap = 0) {
                 char *sp = strchr(lines[n], ' ');
                 ssize_t k = sp ? unhex(sp + 1) : -1;
@@ -249,18 +251,19 @@ static int run_chat(const struct m40_vocab *v, const char *tmpl_arg, bool gen)
                 *sp = 0;
         }
         if (!e)
-                e = m40_chat_format(t, msgs, n, gen, NULL, 0, &len);
+                e = m40_chat_render(&t, msgs, n, gen, NULL, 0, &len);
         if (e == -ENOBUFS && (out = malloc(len + 1)))
-                e = m40_chat_format(t, msgs, n, gen, out, len + 1, &len);
+                e = m40_chat_render(&t, msgs, n, gen, out, len + 1, &len);
         if (!e) {
-                fprintf(stderr, "template: %s\n", m40_chat_tmpl_name(t));
+                fprintf(stderr, "template: %s%s\n", m40_chat_tmpl_name(t.tmpl),
+                        t.default_system ? " with a default system message" : "");
                 put_hex(out, len);
                 putchar('\n');
         }
         if (!e && v) {
                 int32_t ids[64];
                 size_t k;
-                e = m40_chat_stop_tokens(v, t, ids, 64, &k);
+                e = m40_chat_stop_tokens(v, t.tmpl, ids, 64, &k);
                 for (size_t i = 0; i < k && !e; i++)
                         printf(i ? " %d" : "%d", ids[i]);
                 putchar('\n');
@@ -268,6 +271,7 @@ static int run_chat(const struct m40_vocab *v, const char *tmpl_arg, bool gen)
         for (size_t i = 0; i <= n && i < 64; i++)
                 free(lines[i]);
         free(out);
+        m40_chat_template_done(&t);
         return e;
 }
 
