@@ -15,6 +15,18 @@ JINJA = {
         "Face<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + "
         "message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}"
         "{{ '<|im_start|>assistant\n' }}{% endif %}",
+    "chatml (Qwen2.5)":
+        "{%- if tools %}{{- '<|im_start|>system\\n' }}{%- if messages[0]['role'] == 'system' %}"
+        "{{- messages[0]['content'] }}{%- else %}{{- 'You are Qwen, created by Alibaba Cloud. "
+        "You are a helpful assistant.' }}{%- endif %}{{- '<|im_end|>\\n' }}{%- else %}"
+        "{%- if messages[0]['role'] == 'system' %}{{- '<|im_start|>system\\n' + "
+        "messages[0]['content'] + '<|im_end|>\\n' }}{%- else %}{{- '<|im_start|>system\\nYou "
+        "are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\\n' }}"
+        "{%- endif %}{%- endif %}{%- for message in messages %}{%- if (message.role == 'user') or "
+        "(message.role == 'system' and not loop.first) or (message.role == 'assistant') %}"
+        "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}"
+        "{%- endif %}{%- endfor %}{%- if add_generation_prompt %}"
+        "{{- '<|im_start|>assistant\\n' }}{%- endif %}",
     "llama2 (Llama-2-chat)":
         "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}"
         "{% set system_message = messages[0]['content'] %}{% else %}{% set loop_messages = "
@@ -74,6 +86,14 @@ JINJA = {
         "{% for message in messages %}{% if message['role'] == 'user' %}{{ '<|user|>\n' + "
         "message['content'] + '<|endoftext|>\n' }}{% else %}{{ '<|' + message['role'] + '|>\n' + "
         "message['content'] + '<|endoftext|>\n' }}{% endif %}{% endfor %}",
+}
+
+# The default system message m40 takes from a template (chat_detect.h): written, as the
+# model's Jinja writes it, when a conversation does not open with a system message. For
+# these templates the formatted text is also compared with the Jinja rendering itself.
+DEFAULT_SYSTEM = {
+    "chatml (SmolLM2)": "You are a helpful AI assistant named SmolLM, trained by Hugging Face",
+    "chatml (Qwen2.5)": "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.",
 }
 
 CONVERSATIONS = [

@@ -176,10 +176,14 @@ def check_chat(tmpdir):
             arg = "@" + path
         else:
             arg = tmpl
+        sys_msg = chat_cases.DEFAULT_SYSTEM.get(label)
         for ci, conv in enumerate(chat_cases.CONVERSATIONS):
             for add_ass in (True, False):
                 n += 1
-                want = llama_chat(tmpl, conv, add_ass)
+                full = conv
+                if sys_msg and conv[0][0] != "system":
+                    full = [("system", sys_msg)] + conv
+                want = llama_chat(tmpl, full, add_ass)
                 stdin = "".join(f"{r} {c.encode().hex()}\n" for r, c in conv).encode()
                 got = bytes.fromhex(m40(["--chat", arg] + ([] if add_ass else ["--no-gen"]),
                                         stdin).split("\n")[0])
@@ -188,7 +192,24 @@ def check_chat(tmpdir):
                 else:
                     fail(f"chat {label} conversation {ci} add_ass={add_ass}:\n"
                          f"   llama.cpp {want!r}\n   m40       {got!r}")
+                if sys_msg:
+                    n += 1
+                    jinja = jinja_chat(tmpl, conv, add_ass)
+                    if jinja == got:
+                        n_ok += 1
+                    else:
+                        fail(f"chat {label} conversation {ci} add_ass={add_ass} vs its Jinja:"
+                             f"\n   jinja {jinja!r}\n   m40   {got!r}")
     print(f"chat: {n_ok}/{n} formatted texts identical")
+
+
+def jinja_chat(tmpl, msgs, add_ass):
+    """The template's own Jinja rendering (llama-cpp-python's formatter, as llama.cpp's
+    Jinja path renders it)."""
+    from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+    f = Jinja2ChatFormatter(template=tmpl, eos_token="</s>", bos_token="<s>",
+                            add_generation_prompt=add_ass)
+    return f(messages=[{"role": r, "content": c} for r, c in msgs]).prompt.encode()
 
 
 def main():
