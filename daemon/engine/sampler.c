@@ -1,9 +1,12 @@
 /* sampler.c - the sampling chain (see sampler.h and struct m40_sampling in engine.h). */
 #include "sampler.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 int m40_sampler_scratch_init(struct m40_sampler_scratch *s, uint32_t n_vocab)
 {
@@ -26,6 +29,62 @@ void m40_sampler_scratch_done(struct m40_sampler_scratch *s)
         s->cand = NULL;
         s->counts = NULL;
         s->probs = NULL;
+}
+
+/* The ranges of sampler.h's m40_sampler_param_check(), in the order of struct m40_sampling. */
+static const struct range {
+        const char *name;
+        double lo, hi;
+        bool integer;
+        const char *words;
+} ranges[] = {
+        {"temperature", -HUGE_VAL, 100, false, "a number <= 100 (<= 0: greedy)"},
+        {"top_k", INT32_MIN, INT32_MAX, true, "an integer (<= 0: off)"},
+        {"top_p", 0, HUGE_VAL, false, "a number >= 0 (0 and >= 1: off)"},
+        {"min_p", -HUGE_VAL, 1, false, "a number <= 1 (<= 0: off)"},
+        {"repeat_penalty", 0.01, 100, false, "a number in 0.01..100 (1: off)"},
+        {"frequency_penalty", -100, 100, false, "a number in -100..100 (0: off)"},
+        {"presence_penalty", -100, 100, false, "a number in -100..100 (0: off)"},
+        {"penalty_last_n", -1, INT32_MAX, true, "an integer >= -1 (0: off, -1: all)"},
+};
+
+int m40_sampler_param_check(const char *name, double x, const char **ret_range)
+{
+        for (size_t i = 0; i < sizeof(ranges) / sizeof(ranges[0]); i++) {
+                const struct range *r = &ranges[i];
+
+                if (strcmp(name, r->name))
+                        continue;
+                if (ret_range)
+                        *ret_range = r->words;
+                if (!isfinite(x) || x < r->lo || x > r->hi || (r->integer && x != floor(x)))
+                        return -EINVAL;
+                return 0;
+        }
+        return -ENOENT;
+}
+
+int m40_sampler_params_check(const struct m40_sampling *p, const char **ret_name,
+                             const char **ret_range)
+{
+        const double v[] = {p->temperature,
+                            p->top_k,
+                            p->top_p,
+                            p->min_p,
+                            p->repeat_penalty,
+                            p->frequency_penalty,
+                            p->presence_penalty,
+                            p->penalty_last_n};
+
+        static_assert(sizeof(v) / sizeof(v[0]) == sizeof(ranges) / sizeof(ranges[0]),
+                      "one range per field");
+        for (size_t i = 0; i < sizeof(ranges) / sizeof(ranges[0]); i++) {
+                if (m40_sampler_param_check(ranges[i].name, v[i], ret_range)) {
+                        *ret_name = ranges[i].name;
+                        return -EINVAL;
+                }
+        }
+        return 0;
 }
 
 static uint64_t splitmix64(uint64_t *x)

@@ -7,10 +7,13 @@
 #include <string.h>
 
 #include "m40/error.h"
+#include "sampler.h"
 
 int m40_seq_check_params(const struct m40_seq_params *p, uint32_t n_vocab,
                          const struct m40_engine_limits *lim)
 {
+        const char *name, *range;
+
         if (!p->prompt || !p->n_prompt || p->stop.n_ids > M40_MAX_STOP_IDS ||
             p->stop.n_strings > M40_MAX_STOP_STRINGS)
                 return -EINVAL;
@@ -25,9 +28,7 @@ int m40_seq_check_params(const struct m40_seq_params *p, uint32_t n_vocab,
                         return -EINVAL;
         if (p->stop.n_strings && !lim->piece)
                 return M40_EUNSUPPORTED;
-        if (p->sampling.top_k < 0 || p->sampling.temperature != p->sampling.temperature)
-                return -EINVAL;
-        return 0;
+        return m40_sampler_params_check(&p->sampling, &name, &range);
 }
 
 int m40_seq_admit(struct m40_seq *seqs, const struct m40_engine_limits *lim, uint32_t n_vocab,

@@ -45,7 +45,8 @@ struct m40_seq_events {
 };
 
 /* m40_seq_check_params - 0 when p is a valid request for a model of n_vocab tokens under
- * lim; -EINVAL for a malformed one, -E2BIG for a prompt past max_ctx, M40_EUNSUPPORTED for
+ * lim; -EINVAL for a malformed one (sampling fields outside m40_sampler_param_check's
+ * ranges included), -E2BIG for a prompt past max_ctx, M40_EUNSUPPORTED for
  * stop strings without a detokenizer (lim->piece). Reads only. */
 int m40_seq_check_params(const struct m40_seq_params *p, uint32_t n_vocab,
                          const struct m40_engine_limits *lim);

@@ -95,7 +95,8 @@ int m40_ipc_unlisten(const char *path, const struct m40_ipc_sockid *id);
 
 /* m40_ipc_peer_check - reads the peer's credentials of connected socket fd and decides:
  * root, the daemon's own user, and members (primary or supplementary) of gid when gid !=
- * (gid_t)-1 may connect. Returns 0 and the credentials, -EACCES, or -errno. */
+ * (gid_t)-1 may connect. Returns 0 and the credentials, -EACCES with the credentials too
+ * (so that the refusal can name the peer), or -errno with nothing set. */
 int m40_ipc_peer_check(int fd, gid_t gid, pid_t *ret_pid, uid_t *ret_uid);
 
 /* m40_ipc_send - sends one control message with len bytes of body and, when nfds > 0,

@@ -163,11 +163,11 @@ int m40_ipc_peer_check(int fd, gid_t gid, pid_t *ret_pid, uid_t *ret_uid)
 
         if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &uc, &len))
                 return -errno;
+        *ret_pid = uc.pid; /* also for a refusal: the caller names whom it refused */
+        *ret_uid = uc.uid;
         if (uc.uid != 0 && uc.uid != geteuid() &&
             (gid == (gid_t)-1 || (uc.gid != gid && !in_groups(fd, gid))))
                 return -EACCES;
-        *ret_pid = uc.pid;
-        *ret_uid = uc.uid;
         return 0;
 }
 

@@ -2,13 +2,19 @@
  * and range and refusing unknown sections and keys (a typo must not pass silently). */
 #include <errno.h>
 #include <ini.h>
+#include <fcntl.h>
 #include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <syslog.h>
+#include <unistd.h>
 
 #include "engine/engine.h"
+#include "engine/sampler.h"
 #include "ipc/ipc.h"
 #include "m40d/config.h"
 
@@ -47,17 +53,41 @@ const char *m40d_backend_name(enum m40d_backend b)
         return b == M40D_BACKEND_CUDA ? "cuda" : b == M40D_BACKEND_CPU ? "cpu" : "auto";
 }
 
+/* Errors kept with their lines; more are counted. Each syntax error costs inih one more
+ * pass over the text (see m40d_config_parse), so this also bounds the passes. */
+#define MAX_ERRORS 16
+
 struct parse {
         struct m40d_config *c;
-        char *err;
-        size_t errlen;
-        const char *path;
+        const char *text; /* the reader's input: len bytes, read from pos on */
+        size_t len, pos;
+        uint32_t line; /* of the line inih works on: one reader call per line */
+        /* lines inih found no sense in (its return value), handed to it blank later */
+        uint32_t syntax[MAX_ERRORS], n_syntax;
+        struct {
+                uint32_t line; /* 0: the file as a whole */
+                char msg[192];
+        } err[MAX_ERRORS];
+        uint32_t n_err; /* errors found, also those past MAX_ERRORS */
 };
+
+/* error - records an error on the current line. */
+static void __attribute__((format(printf, 2, 3))) error(struct parse *p, const char *fmt, ...)
+{
+        va_list ap;
+
+        if (p->n_err < MAX_ERRORS) {
+                p->err[p->n_err].line = p->line;
+                va_start(ap, fmt);
+                vsnprintf(p->err[p->n_err].msg, sizeof(p->err[0].msg), fmt, ap);
+                va_end(ap);
+        }
+        p->n_err++;
+}
 
 static int bad(struct parse *p, const char *sec, const char *key, const char *why)
 {
-        /* the line number is added by the caller from inih's return value */
-        snprintf(p->err, p->errlen, "[%s] %s: %s", sec, key, why);
+        error(p, "[%s] %.64s: %s", sec, key, why);
         return 0;
 }
 
@@ -86,22 +116,6 @@ static int get_u32(struct parse *p, const char *sec, const char *key, const char
         if (!get_u64(p, sec, key, v, lo, hi, &x))
                 return 0;
         *out = (uint32_t)x;
-        return 1;
-}
-
-static int get_float(struct parse *p, const char *sec, const char *key, const char *v, float lo,
-                     float hi, float *out)
-{
-        char *end, why[128];
-        float x;
-
-        errno = 0;
-        x = strtof(v, &end);
-        if (!*v || *end || errno || !isfinite(x) || x < lo || x > hi) {
-                snprintf(why, sizeof(why), "expected a number in %g..%g, got '%.32s'", lo, hi, v);
-                return bad(p, sec, key, why);
-        }
-        *out = x;
         return 1;
 }
 
@@ -206,31 +220,46 @@ static int server_key(struct parse *p, const char *key, const char *v)
         return bad(p, s, key, "unknown key");
 }
 
+/* The [sampling] keys take the ranges of m40_sampler_param_check(), as requests do. */
 static int sampling_key(struct parse *p, const char *key, const char *v)
 {
+        static const char *const keys[] = {"temperature", "top_k", "top_p", "min_p",
+                                           "repeat_penalty"};
         struct m40d_config *c = p->c;
-        const char *s = "sampling";
-        uint32_t k;
+        const char *s = "sampling", *range;
+        char *end, why[160];
+        size_t i;
+        double x;
 
-        if (!strcmp(key, "temperature"))
-                return get_float(p, s, key, v, 0, 100, &c->temperature);
-        if (!strcmp(key, "top_k")) {
-                if (!get_u32(p, s, key, v, 0, 1u << 20, &k))
-                        return 0;
-                c->top_k = (int32_t)k;
-                return 1;
-        }
-        if (!strcmp(key, "top_p"))
-                return get_float(p, s, key, v, 0, 1, &c->top_p);
-        if (!strcmp(key, "min_p"))
-                return get_float(p, s, key, v, 0, 1, &c->min_p);
-        if (!strcmp(key, "repeat_penalty"))
-                return get_float(p, s, key, v, 0.01f, 100, &c->repeat_penalty);
         if (!strcmp(key, "seed"))
                 return get_u64(p, s, key, v, 0, UINT64_MAX, &c->seed);
-        return bad(p, s, key, "unknown key");
+        for (i = 0; i < sizeof(keys) / sizeof(keys[0]) && strcmp(key, keys[i]); i++)
+                ;
+        if (i == sizeof(keys) / sizeof(keys[0]))
+                return bad(p, s, key, "unknown key");
+        errno = 0;
+        x = !strcmp(key, "top_k") ? (double)strtoll(v, &end, 10) : strtod(v, &end);
+        if (!*v || *end || errno)
+                x = NAN; /* never in range: the check still names the range */
+        if (m40_sampler_param_check(key, x, &range)) {
+                snprintf(why, sizeof(why), "expected %s, got '%.32s'", range, v);
+                return bad(p, s, key, why);
+        }
+        if (!strcmp(key, "temperature"))
+                c->temperature = (float)x;
+        else if (!strcmp(key, "top_k"))
+                c->top_k = (int32_t)x;
+        else if (!strcmp(key, "top_p"))
+                c->top_p = (float)x;
+        else if (!strcmp(key, "min_p"))
+                c->min_p = (float)x;
+        else
+                c->repeat_penalty = (float)x;
+        return 1;
 }
 
+/* Every line's errors are recorded and the handler always says yes, so that inih's return
+ * value names only the lines it could not parse itself. */
 static int handler(void *user, const char *section, const char *key, const char *value)
 {
         struct parse *p = user;
@@ -238,46 +267,178 @@ static int handler(void *user, const char *section, const char *key, const char 
         if (!key) /* a section header alone (inih with INI_CALL_HANDLER_ON_NEW_SECTION) */
                 return 1;
         if (!strcmp(section, "model"))
-                return model_key(p, key, value);
-        if (!strcmp(section, "engine"))
-                return engine_key(p, key, value);
-        if (!strcmp(section, "server"))
-                return server_key(p, key, value);
-        if (!strcmp(section, "sampling"))
-                return sampling_key(p, key, value);
-        snprintf(p->err, p->errlen, "[%s] %s: unknown section", section, key);
-        return 0;
+                model_key(p, key, value);
+        else if (!strcmp(section, "engine"))
+                engine_key(p, key, value);
+        else if (!strcmp(section, "server"))
+                server_key(p, key, value);
+        else if (!strcmp(section, "sampling"))
+                sampling_key(p, key, value);
+        else
+                error(p, "[%.64s] %.64s: unknown section", section, key);
+        return 1;
+}
+
+static bool is_syntax_error(const struct parse *p, uint32_t line)
+{
+        for (uint32_t i = 0; i < p->n_syntax; i++)
+                if (p->syntax[i] == line)
+                        return true;
+        return false;
+}
+
+/* reader - inih's fgets: the next line of p->text without its newline, or NULL at the
+ * end. A line that is too long for inih's buffer (it would split it), holds a NUL byte or
+ * did not parse in an earlier pass is recorded as an error and handed over blank. */
+static char *reader(char *str, int num, void *user)
+{
+        struct parse *p = user;
+        const char *s = p->text + p->pos, *nl;
+        size_t n;
+
+        if (p->pos >= p->len || num < 2)
+                return NULL;
+        nl = memchr(s, '\n', p->len - p->pos);
+        n = nl ? (size_t)(nl - s) : p->len - p->pos;
+        p->pos += n + (nl != NULL);
+        p->line++;
+        if (n > (size_t)num - 1) {
+                error(p, "line longer than %d bytes", num - 1);
+                n = 0;
+        } else if (memchr(s, 0, n)) {
+                error(p, "NUL byte in the line");
+                n = 0;
+        } else if (is_syntax_error(p, p->line)) {
+                error(p, "syntax error (expected [section] or key = value)");
+                n = 0;
+        }
+        memcpy(str, s, n);
+        str[n] = 0;
+        return str;
+}
+
+/* report - the errors of p into err, one line each, "name:line: message". */
+static void report(const struct parse *p, const char *name, char *err, size_t errlen)
+{
+        size_t at = 0;
+        uint32_t shown = 0;
+
+        if (!errlen)
+                return;
+        err[0] = 0;
+        for (uint32_t i = 0; i < p->n_err && i < MAX_ERRORS; i++) {
+                char line[320];
+                int n;
+
+                if (p->err[i].line)
+                        n = snprintf(line, sizeof(line), "%s%.128s:%u: %s", at ? "\n" : "", name,
+                                     p->err[i].line, p->err[i].msg);
+                else
+                        n = snprintf(line, sizeof(line), "%s%.128s: %s", at ? "\n" : "", name,
+                                     p->err[i].msg);
+                if (n < 0 || (size_t)n + 64 >= errlen - at) /* keep room for the count */
+                        break;
+                memcpy(err + at, line, (size_t)n + 1);
+                at += (size_t)n;
+                shown++;
+        }
+        if (shown < p->n_err)
+                snprintf(err + at, errlen - at, "%s%.128s: %u more errors", at ? "\n" : "", name,
+                         p->n_err - shown);
+}
+
+int m40d_config_parse(struct m40d_config *c, const char *text, size_t len, const char *name,
+                      char *err, size_t errlen)
+{
+        struct parse *p = calloc(1, sizeof(*p));
+        int r;
+
+        if (!p) {
+                snprintf(err, errlen, "%s: out of memory", name);
+                return -ENOMEM;
+        }
+        p->c = c;
+        p->text = text;
+        p->len = len;
+        /* inih names only the first line it cannot parse: hand that line over blank and
+         * parse again until every such line is known (or MAX_ERRORS are) */
+        for (;;) {
+                p->pos = 0;
+                p->line = 0;
+                p->n_err = 0;
+                r = ini_parse_stream(reader, p, handler, p);
+                if (r <= 0 || p->n_syntax == MAX_ERRORS)
+                        break;
+                p->syntax[p->n_syntax++] = (uint32_t)r;
+        }
+        if (r > 0)
+                p->n_err++; /* the syntax error past MAX_ERRORS */
+        if (r == -2) {
+                snprintf(err, errlen, "%s: out of memory", name);
+                free(p);
+                return -ENOMEM;
+        }
+        if (c->default_max_tokens > c->max_tokens) {
+                p->line = 0;
+                error(p, "[server] default_max_tokens: %u is above max_tokens (%u)",
+                      c->default_max_tokens, c->max_tokens);
+        }
+        r = p->n_err ? -EINVAL : 0;
+        if (r)
+                report(p, name, err, errlen);
+        free(p);
+        return r;
 }
 
 int m40d_config_load(struct m40d_config *c, const char *path, char *err, size_t errlen)
 {
-        struct parse p = {.c = c, .path = path};
-        char msg[512] = "";
-        int line;
+        struct stat st;
+        char *text = NULL;
+        size_t len = 0;
+        int fd, r;
 
-        p.err = msg;
-        p.errlen = sizeof(msg);
-        line = ini_parse(path, handler, &p);
-        if (line == -1) {
-                int e = errno ? errno : ENOENT;
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0 || fstat(fd, &st)) {
+                r = -errno;
+                goto fail_read;
+        }
+        if (S_ISDIR(st.st_mode)) {
+                r = -EISDIR;
+                goto fail_read;
+        }
+        text = malloc(M40D_CONFIG_MAX_BYTES + 1);
+        if (!text) {
+                r = -ENOMEM;
+                goto fail_read;
+        }
+        for (;;) { /* to the end, whatever st_size says (pipes, /proc) */
+                ssize_t k = read(fd, text + len, M40D_CONFIG_MAX_BYTES + 1 - len);
 
-                snprintf(err, errlen, "%s: cannot read: %s", path, strerror(e));
-                return -e;
+                if (k < 0 && errno == EINTR)
+                        continue;
+                if (k < 0) {
+                        r = -errno;
+                        goto fail_read;
+                }
+                if (!k)
+                        break;
+                len += (size_t)k;
+                if (len > M40D_CONFIG_MAX_BYTES) {
+                        snprintf(err, errlen, "%s: larger than %u bytes", path,
+                                 M40D_CONFIG_MAX_BYTES);
+                        r = -EFBIG;
+                        goto fail;
+                }
         }
-        if (line == -2) {
-                snprintf(err, errlen, "%s: out of memory", path);
-                return -ENOMEM;
-        }
-        if (line > 0) {
-                snprintf(err, errlen, "%s:%d: %s", path, line,
-                         msg[0] ? msg : "syntax error (expected [section] or key = value)");
-                return -EINVAL;
-        }
-        if (c->default_max_tokens > c->max_tokens) {
-                snprintf(err, errlen,
-                         "%s: [server] default_max_tokens: %u is above max_tokens (%u)", path,
-                         c->default_max_tokens, c->max_tokens);
-                return -EINVAL;
-        }
-        return 0;
+        close(fd);
+        r = m40d_config_parse(c, text, len, path, err, errlen);
+        free(text);
+        return r;
+fail_read:
+        snprintf(err, errlen, "%s: cannot read: %s", path, strerror(-r));
+fail:
+        if (fd >= 0)
+                close(fd);
+        free(text);
+        return r;
 }

@@ -52,9 +52,20 @@ struct m40d_config {
 /* m40d_config_default - the built-in defaults (those the shipped m40d.ini spells out). */
 void m40d_config_default(struct m40d_config *c);
 
-/* m40d_config_load - reads path over the values already in *c. Returns 0; -errno when the
- * file cannot be read; -EINVAL for a bad line, section, key or value, with a message naming
- * file, line and key in err. *c may be partly updated on failure. */
+/* The largest m40d.ini read. */
+#define M40D_CONFIG_MAX_BYTES (1u << 20)
+
+/* m40d_config_parse - parses len bytes of m40d.ini text (named name in messages) over the
+ * values already in *c. Returns 0; -EINVAL when any line, section, key or value is bad:
+ * err then holds one line per error ("name:line: [section] key: why", in line order; lines
+ * a NUL ends), up to 16 of them and a count of the rest; -ENOMEM. *c may be partly updated
+ * on failure (the good lines are applied). */
+int m40d_config_parse(struct m40d_config *c, const char *text, size_t len, const char *name,
+                      char *err, size_t errlen);
+
+/* m40d_config_load - m40d_config_parse() of the file at path. Returns as it does, or
+ * -errno when the file cannot be read (-EISDIR for a directory), or -EFBIG when it is
+ * larger than M40D_CONFIG_MAX_BYTES, with a message naming path in err. */
 int m40d_config_load(struct m40d_config *c, const char *path, char *err, size_t errlen);
 
 /* m40d_backend_name - "auto", "cuda", "cpu". */

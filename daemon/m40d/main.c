@@ -438,7 +438,7 @@ int main(int argc, char **argv)
         const char *path = DEFAULT_CONFIG;
         bool check = false;
         sigset_t sigs;
-        char err[1024];
+        char err[4096];
         int c, r, lfd = -1;
 
         while ((c = getopt_long(argc, argv, "c:h", opts, NULL)) != -1) {
@@ -472,7 +472,12 @@ int main(int argc, char **argv)
         m40d_config_default(&d.cfg);
         r = m40d_config_load(&d.cfg, path, err, sizeof(err));
         if (r) {
-                m40d_log(LOG_ERR, "%s", err);
+                for (char *l = err, *nl; l; l = nl) { /* one log line per error */
+                        nl = strchr(l, '\n');
+                        if (nl)
+                                *nl++ = 0;
+                        m40d_log(LOG_ERR, "%s", l);
+                }
                 return 1;
         }
         m40d_log_set_level(d.cfg.log_level);

@@ -8,6 +8,7 @@
 #include <sys/random.h>
 
 #include "m40/error.h"
+#include "engine/sampler.h"
 #include "m40d/sched_impl.h"
 #include "text/vocab.h"
 
@@ -198,6 +199,18 @@ static size_t longest_piece(struct m40_sched *s)
         return s->max_piece;
 }
 
+/* The same ranges as m40d.ini [sampling] (m40_sampler_param_check); the defaults from the
+ * config passed them already, so a failure names a field the client set. */
+static int check_sampling(const struct m40_sampling *sp, char *why, size_t whylen)
+{
+        const char *name, *range;
+
+        if (!m40_sampler_params_check(sp, &name, &range))
+                return 0;
+        snprintf(why, whylen, "%s: expected %s", name, range);
+        return -EINVAL;
+}
+
 /* The prompt's token ids into s->toks; their count in *ret_n. */
 static int tokenize(struct m40_sched *s, const struct m40_proto_sub *sub, const struct items *it,
                     struct m40_stop *stop, size_t *ret_n, char *why, size_t whylen)
@@ -296,6 +309,9 @@ int req_from_sub(struct m40_sched *s, const struct m40_proto_sub *sub, const uin
         }
         r->p.stop.ignore_eos = sub->flags & M40_PROTO_SUB_IGNORE_EOS;
         sampling_from(s, sub, &r->p.sampling);
+        rc = check_sampling(&r->p.sampling, why, whylen);
+        if (rc)
+                goto fail;
         rc = tokenize(s, sub, it, &r->p.stop, &n, why, whylen);
         if (rc)
                 goto fail;

@@ -262,14 +262,19 @@ static void on_accept(struct m40d_server *srv)
                         return; /* EAGAIN, or the peer's error: epoll reports again */
                 r = m40_ipc_peer_check(fd, srv->gid, &pid, &uid);
                 if (r) {
-                        m40d_log(LOG_NOTICE, "refusing a client: %s", m40_strerror(r));
+                        if (r == -EACCES) /* peer_check read the credentials */
+                                m40d_log(LOG_NOTICE, "refusing client pid %d uid %u: %s", (int)pid,
+                                         (unsigned)uid, m40_strerror(r));
+                        else
+                                m40d_log(LOG_NOTICE, "refusing a client: no credentials: %s",
+                                         m40_strerror(r));
                         refuse(fd, r);
                         close(fd);
                         continue;
                 }
                 if (srv->n_conns >= srv->max_clients) {
-                        m40d_log(LOG_WARNING, "refusing client pid %d: %u clients already",
-                                 (int)pid, srv->n_conns);
+                        m40d_log(LOG_WARNING, "refusing client pid %d uid %u: %u clients already",
+                                 (int)pid, (unsigned)uid, srv->n_conns);
                         refuse(fd, -EUSERS);
                         close(fd);
                         continue;

@@ -46,7 +46,9 @@ struct m40_message {
 };
 
 /* struct m40_request.set: the sampling fields the caller chose; the rest take the daemon's
- * defaults (m40d.ini [sampling]). */
+ * defaults (m40d.ini [sampling]). The daemon fails a request (ERROR -EINVAL, naming the
+ * field) whose chosen value lies outside the range noted at the field; numbers must be
+ * finite. */
 enum {
         M40_SET_TEMPERATURE = 1u << 0,
         M40_SET_TOP_K = 1u << 1,
@@ -66,13 +68,13 @@ struct m40_request {
         const char *prompt;                 /* raw prompt text, or NULL to use messages */
         const struct m40_message *messages; /* chat, formatted with the model's template */
         size_t n_messages;
-        uint32_t max_tokens; /* 0: the daemon's default */
-        uint32_t set;        /* M40_SET_* */
-        float temperature;   /* <= 0: greedy */
-        int32_t top_k;       /* <= 0: off */
-        float top_p;         /* >= 1: off */
-        float min_p;         /* <= 0: off */
-        float repeat_penalty;
+        uint32_t max_tokens;  /* 0: the daemon's default */
+        uint32_t set;         /* M40_SET_* */
+        float temperature;    /* <= 100; <= 0: greedy */
+        int32_t top_k;        /* <= 0: off */
+        float top_p;          /* >= 0; 0 and >= 1: off */
+        float min_p;          /* <= 1; <= 0: off */
+        float repeat_penalty; /* 0.01..100; 1: off */
         uint64_t seed;
         const char *const *stop; /* up to 8 stop strings of up to 64 bytes */
         size_t n_stop;

@@ -2,7 +2,9 @@
  * out exactly the built-in defaults; [engine] vram_limit_mb takes 0 (no cap) up to
  * 16777216 MiB and refuses anything else with an error naming the file, the line and the
  * key; [engine] prefill_chunk_tokens takes 0..65536 (default M40_PREFILL_CHUNK_DEFAULT)
- * likewise.
+ * likewise; [sampling] takes exactly the ranges of m40_sampler_param_check() (the ones
+ * requests get, m40.h's: top_k = -1 is "off"); every bad line is reported on its own line
+ * with its own message (issue 20 item 10), over-long lines too; a directory is no config.
  *
  *   test_config M40D.INI (the shipped file). Exit 0 pass, 1 fail. */
 #include <errno.h>
@@ -12,6 +14,7 @@
 #include <unistd.h>
 
 #include "engine/engine.h"
+#include "engine/sampler.h"
 #include "m40d/config.h"
 #include "tests/check.h"
 
@@ -108,6 +111,141 @@ static void test_prefill_chunk(void)
         }
 }
 
+static void test_sampling(void)
+{
+        static const struct {
+                const char *key, *v;
+        } cases[] = {
+                {"top_k", "-1"},
+                {"top_k", "-2147483648"},
+                {"top_k", "2147483647"},
+                {"top_k", "2147483648"},
+                {"top_k", "1.5"},
+                {"top_k", "0"},
+                {"temperature", "-1"},
+                {"temperature", "0"},
+                {"temperature", "100"},
+                {"temperature", "100.5"},
+                {"temperature", "nan"},
+                {"temperature", "inf"},
+                {"top_p", "-1"},
+                {"top_p", "0"},
+                {"top_p", "1"},
+                {"top_p", "2"},
+                {"min_p", "1e30"},
+                {"min_p", "-0.5"},
+                {"min_p", "1"},
+                {"min_p", "1.01"},
+                {"repeat_penalty", "0"},
+                {"repeat_penalty", "-inf"},
+                {"repeat_penalty", "nan"},
+                {"repeat_penalty", "0.01"},
+                {"repeat_penalty", "100"},
+                {"repeat_penalty", "1e-3"},
+                {"top_p", "abc"},
+        };
+        struct m40d_config c;
+        char ini[256], err[1024];
+        int r;
+
+        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+                const char *range = "";
+                int want = m40_sampler_param_check(cases[i].key, strtod(cases[i].v, NULL), &range);
+
+                if (!strcmp(cases[i].v, "abc") || !strcmp(cases[i].v, "1.5"))
+                        want = -EINVAL; /* not a number / not an integer in the file */
+                snprintf(ini, sizeof(ini), "[sampling]\n%s = %s\n", cases[i].key, cases[i].v);
+                r = load(ini, &c, err, sizeof(err));
+                CHECK(r == want, "%s = %s: %d (%s), want %d as for a request", cases[i].key,
+                      cases[i].v, r, err, want);
+                CHECK(r == 0 || (strstr(err, ":2: [sampling] ") && strstr(err, range)),
+                      "%s = %s: message '%s' lacks the line or the range '%s'", cases[i].key,
+                      cases[i].v, err, range);
+        }
+        r = load("[sampling]\ntop_k = -1\ntemperature = -0.5\nmin_p = -1\n", &c, err, sizeof(err));
+        CHECK(r == 0 && c.top_k == -1 && c.temperature == -0.5f && c.min_p == -1.0f,
+              "top_k -1, temperature -0.5, min_p -1 (all documented as off/greedy): %d '%s'", r,
+              err);
+}
+
+/* Every error on its own line, with its own line number and message. */
+static void test_errors(void)
+{
+        static const char ini[] = "[engine]\n"          /* 1 */
+                                  "max_sequences = 0\n" /* 2: range */
+                                  "threads = 4\n"       /* 3 */
+                                  "this is not ini\n"   /* 4: syntax */
+                                  "[sampling]\n"        /* 5 */
+                                  "top_p = -1\n"        /* 6: range */
+                                  "[bogus\n"            /* 7: syntax */
+                                  "[server]\n"          /* 8 */
+                                  "no_such_key = 1\n"   /* 9: unknown key */
+                                  "max_clients = 8\n";  /* 10 */
+        char want[6][160], err[2048], longline[400];
+        struct m40d_config c;
+        const char *at;
+        int r;
+
+        r = load(ini, &c, err, sizeof(err));
+        snprintf(want[0], sizeof(want[0]),
+                 "%s:2: [engine] max_sequences: expected an integer in 1..1024", path);
+        snprintf(want[1], sizeof(want[1]), "%s:4: syntax error", path);
+        snprintf(want[2], sizeof(want[2]), "%s:6: [sampling] top_p: expected a number >= 0", path);
+        snprintf(want[3], sizeof(want[3]), "%s:7: syntax error", path);
+        snprintf(want[4], sizeof(want[4]), "%s:9: [server] no_such_key: unknown key", path);
+        CHECK(r == -EINVAL, "five bad lines: %d", r);
+        at = err;
+        for (int i = 0; i < 5; i++) {
+                const char *hit = strstr(at, want[i]);
+
+                CHECK(hit && (hit == err || hit[-1] == '\n'),
+                      "error %d: '%s' not on its own line after the previous one in:\n%s", i,
+                      want[i], err);
+                if (hit)
+                        at = hit + strlen(want[i]);
+        }
+        CHECK(!strchr(at, '\n'), "more than five errors in:\n%s", err);
+        CHECK(c.threads == 4 && c.max_clients == 8, "the good lines were not applied: %u %u",
+              c.threads, c.max_clients);
+
+        /* a line inih would split: one error naming it, not a syntax error on a fragment */
+        memset(longline, 'x', sizeof(longline));
+        memcpy(longline, "[model]\npath = /", 16);
+        snprintf(longline + 300, sizeof(longline) - 300, "\n[server]\nmax_clients = 0\n");
+        r = load(longline, &c, err, sizeof(err));
+        snprintf(want[5], sizeof(want[5]), "%s:2: line longer than", path);
+        CHECK(r == -EINVAL && !strncmp(err, want[5], strlen(want[5])) &&
+                      strstr(err, ":4: [server] max_clients") && !strstr(err, ":3:"),
+              "a 300-byte line: %d '%s'", r, err);
+
+        /* many errors: the first 16 with their lines, then a count */
+        {
+                char many[2048] = "[server]\n";
+
+                for (int i = 0; i < 40; i++)
+                        strcat(many, "max_clients = 0\n");
+                r = load(many, &c, err, sizeof(err));
+                snprintf(want[5], sizeof(want[5]), "%s:17: [server] max_clients", path);
+                CHECK(r == -EINVAL && strstr(err, want[5]) && !strstr(err, ":18:") &&
+                              strstr(err, ": 24 more errors"),
+                      "40 bad lines: %d '%s'", r, err);
+        }
+}
+
+static void test_not_a_file(void)
+{
+        struct m40d_config c;
+        char err[512];
+        int r;
+
+        m40d_config_default(&c);
+        r = m40d_config_load(&c, "/tmp", err, sizeof(err));
+        CHECK(r == -EISDIR && strstr(err, "/tmp: cannot read: Is a directory"),
+              "-c /tmp (a directory): %d '%s'", r, err);
+        r = m40d_config_load(&c, "/nonexistent/m40d.ini", err, sizeof(err));
+        CHECK(r == -ENOENT && strstr(err, "cannot read"), "a missing file: %d '%s'", r, err);
+}
+
 int main(int argc, char **argv)
 {
         int fd;
@@ -124,9 +262,15 @@ int main(int argc, char **argv)
         test_shipped(argv[1]);
         test_vram_limit();
         test_prefill_chunk();
+        test_sampling();
+        test_errors();
+        test_not_a_file();
         unlink(path);
         if (!failures)
                 printf("ok: shipped m40d.ini = defaults; vram_limit_mb and prefill_chunk_tokens "
-                       "valid and invalid values\n");
+                       "valid and invalid values; [sampling] ranges as for requests; every error "
+                       "on "
+                       "its own "
+                       "line; a directory refused\n");
         return failures ? 1 : 0;
 }
