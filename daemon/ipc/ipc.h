@@ -99,6 +99,13 @@ int m40_ipc_unlisten(const char *path, const struct m40_ipc_sockid *id);
  * (so that the refusal can name the peer), or -errno with nothing set. */
 int m40_ipc_peer_check(int fd, gid_t gid, pid_t *ret_pid, uid_t *ret_uid);
 
+/* m40_ipc_hello_decode - decodes the first len bytes a client sent: a struct m40_proto_msg
+ * header and the struct m40_proto_hello body. Returns 0 with the client's protocol version
+ * in *ret_version; M40_EVERSION, with *ret_version set too, for a version outside
+ * M40_PROTO_VERSION_MIN..M40_PROTO_VERSION; M40_EPROTO for anything that is not a HELLO
+ * (wrong length, type, body length or magic). Reads only buf. */
+int m40_ipc_hello_decode(const void *buf, size_t len, uint32_t *ret_version);
+
 /* m40_ipc_send - sends one control message with len bytes of body and, when nfds > 0,
  * descriptors fds in SCM_RIGHTS, without blocking. Returns 0, -EAGAIN when the socket
  * buffer is full (the caller drops the client), or -errno. */

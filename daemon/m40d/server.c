@@ -302,21 +302,15 @@ static void on_accept(struct m40d_server *srv)
 
 static int handshake(struct m40d_server *srv, struct conn *c)
 {
-        struct m40_proto_msg m;
-        struct m40_proto_hello h;
         struct m40_ipc_region *g;
         struct m40_proto_welcome w;
         int r;
 
-        memcpy(&m, c->in, sizeof(m));
-        memcpy(&h, c->in + sizeof(m), sizeof(h));
-        if (m.type != M40_PROTO_HELLO || m.len != sizeof(h) || h.magic != M40_PROTO_MAGIC)
-                return M40_EPROTO;
-        if (h.version < M40_PROTO_VERSION_MIN || h.version > M40_PROTO_VERSION) {
-                refuse(c->fd, M40_EVERSION);
-                return M40_EVERSION;
-        }
-        c->version = h.version;
+        r = m40_ipc_hello_decode(c->in, sizeof(c->in), &c->version);
+        if (r == M40_EVERSION)
+                refuse(c->fd, r);
+        if (r)
+                return r;
         r = m40_sched_client_new(srv->s, &c->sc);
         if (r) {
                 refuse(c->fd, r);
