@@ -1,6 +1,7 @@
 /* fuzz_tokenize.c - libFuzzer target over tokenize -> stream detokenize, for both
  * vocabulary kinds (issue 4, acceptance check 4), under ASan and UBSan. Meson builds it when
- * the C compiler is clang; CI runs it time-boxed (10^6 executions or 600 s) with:
+ * the C compiler is clang; CI runs it time-boxed (10^6 executions or 40 s; the long runs
+ * are in tests/fuzz/FUZZING.md) with:
  *   CC=clang meson setup build-fuzz -Dcuda=disabled
  *   ninja -C build-fuzz tests/text/fuzz_tokenize
  *   meson test -C build-fuzz --no-rebuild --suite fuzz --print-errorlogs
