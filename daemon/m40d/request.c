@@ -141,8 +141,8 @@ static int parse_items(const struct m40_proto_sub *sub, const uint8_t *pl, struc
                         break;
                 case M40_PROTO_ITEM_STOP:
                         if (stop->n_strings == M40_MAX_STOP_STRINGS || !h.len ||
-                            h.len > M40_MAX_STOP_LEN)
-                                goto malformed;
+                            h.len > M40_MAX_STOP_LEN || memchr(text, 0, h.len))
+                                goto malformed; /* a NUL would cut the string short */
                         memcpy(stop->strings[stop->n_strings], text, h.len);
                         stop->strings[stop->n_strings++][h.len] = 0;
                         break;
