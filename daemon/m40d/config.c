@@ -1,5 +1,6 @@
 /* config.c - parses m40d.ini with inih into struct m40d_config, checking every value's type
  * and range and refusing unknown sections and keys (a typo must not pass silently). */
+#include <ctype.h>
 #include <errno.h>
 #include <ini.h>
 #include <fcntl.h>
@@ -287,6 +288,23 @@ static bool is_syntax_error(const struct parse *p, uint32_t line)
         return false;
 }
 
+/* surely_bad - whether inih will find no sense in the line s (n bytes, no NUL): one that
+ * starts with neither whitespace (maybe a continuation), a comment nor a UTF-8 BOM (line 1)
+ * and has no ']' for its '[' or no '=' or ':' at all. Lines this cannot tell are left to
+ * inih: its return value catches the rest (more passes, the same report). */
+static bool surely_bad(const char *s, size_t n, bool first)
+{
+        if (first && n >= 3 && !memcmp(s, "\xEF\xBB\xBF", 3)) {
+                s += 3;
+                n -= 3;
+        }
+        if (!n || isspace((unsigned char)s[0]) || s[0] == ';' || s[0] == '#')
+                return false;
+        if (s[0] == '[')
+                return !memchr(s, ']', n);
+        return !memchr(s, '=', n) && !memchr(s, ':', n);
+}
+
 /* reader - inih's fgets: the next line of p->text without its newline, or NULL at the
  * end. A line that is too long for inih's buffer (it would split it), holds a NUL byte or
  * did not parse in an earlier pass is recorded as an error and handed over blank. */
@@ -308,7 +326,7 @@ static char *reader(char *str, int num, void *user)
         } else if (memchr(s, 0, n)) {
                 error(p, "NUL byte in the line");
                 n = 0;
-        } else if (is_syntax_error(p, p->line)) {
+        } else if (is_syntax_error(p, p->line) || surely_bad(s, n, p->line == 1)) {
                 error(p, "syntax error (expected [section] or key = value)");
                 n = 0;
         }
