@@ -213,6 +213,64 @@ static int gemm_init(struct m40_cuda_fwd *f, uint64_t tile_bytes, uint64_t ws_by
         return r ? r : m40_cuda_gemm_new(tile, tile_bytes, ws, ws_bytes, &f->gemm, err, errlen);
 }
 
+/* Whether the engine warms the prefill GEMM up when it starts (warm_gemm; knob for A/B
+ * builds: -DFWD_WARM_GEMM=0 through c_args). */
+#ifndef FWD_WARM_GEMM
+#define FWD_WARM_GEMM 1
+#endif
+
+/* warm_gemm - run the prefill GEMM once on each matrix shape of layer 0 at step sizes
+ * from FWD_MMQ_MAX_TOKENS + 1 to max_tokens (the least, each power of two between, the
+ * most), on zeroed activations into scratch, then wait. CUDA loads a kernel's code on its
+ * first launch and cuBLAS picks kernels by shape, so without this the first long prompt
+ * a daemon serves pays for loading them (100-200 ms measured on an H100), in the middle
+ * of the other clients' decoding. The weights are read, nothing the engine keeps is
+ * written. */
+static int warm_gemm(struct m40_cuda_fwd *f, char *err, size_t errlen)
+{
+        const struct m40_cuda_layer_weights *l = &f->mw.layers[0];
+        const size_t T = f->max_tokens;
+        const struct {
+                const struct m40_cuda_matrix *w;
+                const float *x;
+                size_t ldx;
+                float *y;
+                size_t ldy;
+        } mats[] = {
+                {&l->wq, f->xn, f->ld_dim, f->q, f->ld_q},
+                {&l->wk, f->xn, f->ld_dim, f->k, f->ld_kv},
+                {&l->wv, f->xn, f->ld_dim, f->v, f->ld_kv},
+                {&l->wo, f->att, f->ld_q, f->tmp, f->ld_dim},
+                {&l->gate, f->xn, f->ld_dim, f->gate, f->ld_ff},
+                {&l->up, f->xn, f->ld_dim, f->up, f->ld_ff},
+                {&l->down, f->gate, f->ld_ff, f->tmp, f->ld_dim},
+        };
+        int r = m40_cuda_status(cudaMemsetAsync(f->xn, 0, T * f->ld_dim * 4, f->stream),
+                                "cudaMemset", err, errlen);
+
+        r = r ? r
+              : m40_cuda_status(cudaMemsetAsync(f->att, 0, T * f->ld_q * 4, f->stream),
+                                "cudaMemset", err, errlen);
+        r = r ? r
+              : m40_cuda_status(cudaMemsetAsync(f->gate, 0, T * f->ld_ff * 4, f->stream),
+                                "cudaMemset", err, errlen);
+        for (uint32_t n = FWD_MMQ_MAX_TOKENS + 1; n <= f->max_tokens && !r;) {
+                for (size_t i = 0; i < sizeof(mats) / sizeof(mats[0]) && !r; i++)
+                        r = m40_cuda_gemm(f->gemm, mats[i].w, mats[i].x, mats[i].ldx, mats[i].y,
+                                          mats[i].ldy, n, f->stream);
+                if (n == f->max_tokens)
+                        break;
+                n = n < 2 * FWD_MMQ_MAX_TOKENS ? 2 * FWD_MMQ_MAX_TOKENS : 2 * n;
+                n = n < f->max_tokens ? n : f->max_tokens;
+        }
+        if (r == M40_ECUDA && err)
+                snprintf(err, errlen, "CUDA engine: warming the prefill GEMM: %s",
+                         m40_cuda_gemm_last_error());
+        return r ? r
+                 : m40_cuda_status(cudaStreamSynchronize(f->stream), "warming the prefill GEMM",
+                                   err, errlen);
+}
+
 int m40_cuda_fwd_new(const struct m40_model *m, int device, uint32_t max_tokens, uint32_t max_rows,
                      uint32_t max_ctx, uint32_t n_pages, uint32_t page_tokens,
                      uint64_t vram_limit_mb, uint64_t extra_scratch,
@@ -284,6 +342,9 @@ int m40_cuda_fwd_new(const struct m40_model *m, int device, uint32_t max_tokens,
                 goto out;
         if (gemm_ws) {
                 r = gemm_init(f, gemm_tile, gemm_ws, err, errlen);
+                r = r || !FWD_WARM_GEMM || f->max_tokens <= FWD_MMQ_MAX_TOKENS
+                            ? r
+                            : warm_gemm(f, err, errlen);
                 if (r)
                         goto out;
         }
