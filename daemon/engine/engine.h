@@ -100,17 +100,25 @@ enum m40_act {
 /* The step policy (every engine; the planner is daemon/engine/plan.c). One step is one
  * forward pass of at most max_batch_tokens tokens. It carries first the next token of
  * every running (decoding, not held) sequence, then prompt tokens, oldest admission
- * first: while the step carries a decode token, at most prefill_chunk of them in all, so
- * that running sequences keep a token every step while long prompts arrive; while it
- * carries none (nothing decodes), up to max_batch_tokens. A prompt longer than what the
- * step has left is cut there and continues from the cut in the next step; how a prompt is
+ * first: while the step carries a decode token, a prompt of at most M40_PREFILL_WHOLE
+ * tokens in all (or prefill_chunk, if larger) goes whole (a burst of short prompts is
+ * admitted in a few steps, not one chunk a step), and the longer prompts share at most
+ * prefill_chunk tokens, so that
+ * running sequences keep a token every step while long prompts arrive; while it carries
+ * none (nothing decodes), up to max_batch_tokens. A prompt longer than what the step has
+ * left is cut there and continues from the cut in the next step; how a prompt is
  * cut never changes its tokens (a token's results depend only on its own sequence). A
  * smaller prefill_chunk makes decode steps cheaper and delays new prompts' first tokens.
  * prefill_chunk 0 is M40_PREFILL_CHUNK_DEFAULT; values above max_batch_tokens act as
  * max_batch_tokens (prompts then take all the room a step has, as when nothing decodes).
- * The default is the measured knee of that trade-off (m40-serve-bench --mixed; the
- * figures are in tests/bench/RESULTS.md). */
-#define M40_PREFILL_CHUNK_DEFAULT 32u
+ * The default is the measured knee of that trade-off: the largest chunk at which running
+ * streams keep 60% of their tok/s while 512-token prompts arrive (m40-serve-bench
+ * --mixed; the figures are in tests/bench/RESULTS.md). */
+#define M40_PREFILL_CHUNK_DEFAULT 16u
+/* Prompts of at most this many tokens in all are never cut beside decoding sequences (a
+ * chat turn, a burst of clients at once): cutting them would save a step little and keep
+ * their clients waiting behind each other's chunks. */
+#define M40_PREFILL_WHOLE 64u
 
 /* The CPU engine's default KV cache (m40_engine_limits.kv_bytes 0), in MiB: at most this,
  * fewer when max_seqs sequences at max_ctx need less, more when one needs more. */

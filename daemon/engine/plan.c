@@ -1,9 +1,10 @@
 /* plan.c - the step planner of the CPU and CUDA engines (see plan.h): decode tokens first,
- * then prompt chunks, oldest prompt first, within max_batch_tokens and, beside decode
- * tokens, prefill_chunk. */
+ * then prompts, oldest first, within max_batch_tokens; beside decode tokens, short prompts
+ * go whole and the longer ones share prefill_chunk. */
 #include "plan.h"
 
 #include <errno.h>
+#include <stdbool.h>
 
 static inline uint32_t min_u32(uint32_t a, uint32_t b)
 {
@@ -15,6 +16,13 @@ uint32_t m40_plan_prefill_chunk(const struct m40_engine_limits *lim)
         const uint32_t c = lim->prefill_chunk ? lim->prefill_chunk : M40_PREFILL_CHUNK_DEFAULT;
 
         return min_u32(c, lim->max_batch_tokens);
+}
+
+uint32_t m40_plan_whole_max(const struct m40_engine_limits *lim)
+{
+        const uint32_t c = m40_plan_prefill_chunk(lim);
+
+        return c > M40_PREFILL_WHOLE ? c : M40_PREFILL_WHOLE;
 }
 
 /* decoding - whether s's prompt is done: its one pending token is the last one sampled. */
@@ -53,9 +61,9 @@ static int add(const struct m40_plan *p, struct m40_seq *s, uint32_t take, struc
         return 0;
 }
 
-/* oldest_prompt - the runnable sequence with prompt tokens pending that was admitted
- * first, or NULL. */
-static struct m40_seq *oldest_prompt(const struct m40_plan *p)
+/* next_prompt - the runnable sequence with prompt tokens pending and no logits row yet
+ * that was admitted first after admission order `after` (any when !any_after), or NULL. */
+static struct m40_seq *next_prompt(const struct m40_plan *p, bool any_after, uint64_t after)
 {
         struct m40_seq *best = NULL;
 
@@ -63,7 +71,7 @@ static struct m40_seq *oldest_prompt(const struct m40_plan *p)
                 struct m40_seq *s = &p->seqs[i];
 
                 if (m40_seq_runnable(s) && s->row < 0 && s->n_toks > s->n_past &&
-                    (!best || s->order < best->order))
+                    (!any_after || s->order > after) && (!best || s->order < best->order))
                         best = s;
         }
         return best;
@@ -73,7 +81,7 @@ int m40_plan_step(const struct m40_plan *p, struct m40_plan_step *ret)
 {
         const uint32_t max = p->lim->max_batch_tokens;
         struct m40_plan_step st = {0};
-        uint32_t budget;
+        uint32_t chunk;
         int r = 0;
 
         for (uint32_t i = 0; i < p->lim->max_seqs; i++) {
@@ -88,19 +96,21 @@ int m40_plan_step(const struct m40_plan *p, struct m40_plan_step *ret)
                         st.n_decode += s->row >= 0;
                 }
         }
-        budget = max - st.n_tokens;
-        if (st.n_decode)
-                budget = min_u32(budget, m40_plan_prefill_chunk(p->lim));
-        while (budget && !r) {
-                struct m40_seq *s = oldest_prompt(p);
-                uint32_t take, before;
+        /* prompts in admission order: a short one (m40_plan_whole_max()) whole, within the
+         * step's room; the longer ones share the chunk */
+        chunk = st.n_decode ? m40_plan_prefill_chunk(p->lim) : max - st.n_tokens;
+        for (struct m40_seq *s = next_prompt(p, false, 0); s && st.n_tokens < max && !r;
+             s = next_prompt(p, true, s->order)) {
+                const uint32_t rest = s->n_toks - s->n_past, room = max - st.n_tokens;
+                const bool whole = s->n_prompt <= m40_plan_whole_max(p->lim);
+                const uint32_t take = min_u32(rest, whole ? room : min_u32(chunk, room));
+                const uint32_t before = st.n_tokens;
 
-                if (!s)
-                        break;
-                take = min_u32(s->n_toks - s->n_past, budget);
-                before = st.n_tokens;
+                if (!take)
+                        continue;
                 r = add(p, s, take, &st);
-                budget -= st.n_tokens - before; /* 0 taken when s ran out of KV pages */
+                if (!whole) /* what it took (0 when it ran out of KV pages) */
+                        chunk -= st.n_tokens - before;
         }
         if (r) {
                 m40_plan_undo(p);

@@ -4,16 +4,21 @@
  *
  * 1. Decode first: every runnable sequence (m40_seq_runnable()) whose prompt is done gets
  *    its one next token, in slot order, while the step has room (max_batch_tokens).
- * 2. Then prompts, oldest admission first. While the step carries a decode token, the
- *    prompts share at most prefill_chunk tokens (0: M40_PREFILL_CHUNK_DEFAULT); while it
- *    carries none, they share the whole step, max_batch_tokens. The oldest pending prompt
- *    takes what the budget allows, the next one the rest, and so on; a prompt longer than
- *    what is left is cut there and goes on from the cut in the next step.
+ * 2. Then prompts, oldest admission first. While the step carries a decode token, a
+ *    short prompt (m40_plan_whole_max(): at most M40_PREFILL_WHOLE tokens in all, or
+ *    prefill_chunk if larger) goes whole, within the step's room, and the longer prompts
+ *    share at most prefill_chunk tokens (0: M40_PREFILL_CHUNK_DEFAULT); while it carries
+ *    none, all prompts share the whole step, max_batch_tokens.
+ *    Each prompt in turn takes what its budget allows; a prompt longer than that is cut
+ *    there and goes on from the cut in the next step.
  * So a running sequence gets a token in every step (when max_batch_tokens >= the number
  * of running sequences), and a step costs at most the running sequences' tokens plus
- * prefill_chunk. A sequence whose planned positions find no free KV page is finished with
- * M40_FINISH_KV (its event queued) and the plan goes on without it. The planner changes
- * only the slots' n_past, row and prev_past and their KV tables; it never prints. */
+ * prefill_chunk of long prompts plus whole short ones, max_batch_tokens in all. Short
+ * prompts do not wait behind a long one's chunks, and a burst of them (many clients at
+ * once) is admitted in a few steps instead of one chunk's worth a step. A sequence whose
+ * planned positions find no free KV page is finished with M40_FINISH_KV (its event queued)
+ * and the plan goes on without it. The planner changes only the slots' n_past, row and
+ * prev_past and their KV tables; it never prints. */
 #ifndef M40_ENGINE_PLAN_H
 #define M40_ENGINE_PLAN_H
 
@@ -44,6 +49,10 @@ struct m40_plan_step {
 /* m40_plan_prefill_chunk - the prompt tokens a step that decodes may carry under lim:
  * prefill_chunk (0: M40_PREFILL_CHUNK_DEFAULT), at most max_batch_tokens. */
 uint32_t m40_plan_prefill_chunk(const struct m40_engine_limits *lim);
+
+/* m40_plan_whole_max - the longest prompt (in all its tokens) that a step which decodes
+ * takes whole: M40_PREFILL_WHOLE, or m40_plan_prefill_chunk() when that is larger. */
+uint32_t m40_plan_whole_max(const struct m40_engine_limits *lim);
 
 /* m40_plan_step - plan the next step of p's slots by the policy above: fills p->batch,
  * advances each planned sequence's n_past over its tokens, gives each sequence that will

@@ -1,10 +1,11 @@
 /* test_plan.c - the step planner (daemon/engine/plan.c) alone, on sequence slots filled by
  * m40_seq_admit() and no model: the step policy of engine.h, step by step. While sequences
- * decode, every one of them gets its token in every step and prompts share at most
- * prefill_chunk tokens, oldest admission first, a long prompt cut at the chunk boundary and
- * continued from there; while nothing decodes (or only held sequences would), prompts take
- * max_batch_tokens; prefill_chunk 0 is M40_PREFILL_CHUNK_DEFAULT and a chunk above
- * max_batch_tokens acts as max_batch_tokens; the batch holds each sequence's next positions
+ * decode, every one of them gets its token in every step, prompts of at most
+ * prefill_chunk pending tokens go whole (a burst of them as many as the step holds) and the
+ * longer ones share at most prefill_chunk tokens, oldest admission first, a long prompt cut
+ * at the chunk boundary and continued from there; while nothing decodes (or only held sequences
+ * would), prompts take max_batch_tokens; prefill_chunk 0 is M40_PREFILL_CHUNK_DEFAULT and a chunk
+ * above max_batch_tokens acts as max_batch_tokens; the batch holds each sequence's next positions
  * in order with a logits row on the last token of each sequence that produces one; a
  * sequence without KV pages is finished with M40_FINISH_KV and the plan goes on;
  * m40_plan_undo() gives the tokens back.
@@ -131,34 +132,91 @@ static void test_decode_and_chunks(void)
               "first step: %u tokens, %u decode, %u rows", ps.n_tokens, ps.n_decode, ps.n_rows);
         lng = admit(&b, 100);
         late = admit(&b, 10);
-        /* 100 + 10 prompt tokens at 16 a step beside 3 decode tokens: 6 steps of the long
-         * prompt alone, then its last 4 and the late one's 10 in the 7th */
+        /* beside the 3 decode tokens: the long prompt 16 a step (the chunk), the late one
+         * (10 <= 16) whole in the first step, not behind the long one; the long one's last
+         * 4 in the 7th step */
         for (uint32_t want_long = 16; lng->n_past < lng->n_prompt; want_long += 16) {
-                const uint32_t before = lng->n_past;
+                const uint32_t before = lng->n_past, dec = steps ? 4 : 3;
 
                 ps = step(&b);
                 steps++;
-                CHECK(ps.n_decode == 3 && ps.n_tokens == 3 + ps.n_prompt,
-                      "step %u: %u decode tokens of 3, %u tokens", steps, ps.n_decode, ps.n_tokens);
+                CHECK(ps.n_decode == dec && ps.n_tokens == dec + ps.n_prompt,
+                      "step %u: %u decode tokens of %u, %u tokens", steps, ps.n_decode, dec,
+                      ps.n_tokens);
                 for (int i = 0; i < 3; i++)
                         CHECK(run[i]->row >= 0, "step %u: running sequence %d got no token", steps,
                               i);
-                CHECK(ps.n_prompt <= 16, "step %u: %u prompt tokens", steps, ps.n_prompt);
-                if (want_long < 100) {
-                        CHECK(lng->n_past - before == 16 && late->n_past == 0 && lng->row < 0,
-                              "step %u: long prompt %u..%u, late one at %u", steps, before,
-                              lng->n_past, late->n_past);
+                if (steps == 1) {
+                        CHECK(lng->n_past == 16 && late->n_past == 10 && late->row >= 0 &&
+                                      lng->row < 0 && ps.n_prompt == 26 && ps.n_rows == 4,
+                              "step 1: long prompt at %u, late one at %u (row %d), %u prompt "
+                              "tokens, %u rows",
+                              lng->n_past, late->n_past, late->row, ps.n_prompt, ps.n_rows);
+                } else if (want_long < 100) {
+                        CHECK(lng->n_past - before == 16 && lng->row < 0 && ps.n_prompt == 16,
+                              "step %u: long prompt %u..%u, %u prompt tokens", steps, before,
+                              lng->n_past, ps.n_prompt);
                 } else {
-                        CHECK(lng->n_past == 100 && late->n_past == 10 && ps.n_prompt == 14 &&
-                                      lng->row >= 0 && late->row >= 0 && ps.n_rows == 5,
-                              "step %u: long at %u, late at %u, %u prompt tokens", steps,
-                              lng->n_past, late->n_past, ps.n_prompt);
+                        CHECK(lng->n_past == 100 && ps.n_prompt == 4 && lng->row >= 0 &&
+                                      ps.n_rows == 5,
+                              "step %u: long at %u, %u prompt tokens, %u rows", steps, lng->n_past,
+                              ps.n_prompt, ps.n_rows);
                 }
         }
         CHECK(steps == 7, "the long prompt took %u steps beside the decoders, want 7", steps);
         ps = step(&b);
         CHECK(ps.n_decode == 5 && ps.n_tokens == 5 && ps.n_prompt == 0,
               "after the prompts: %u decode tokens, %u tokens", ps.n_decode, ps.n_tokens);
+        bed_done(&b);
+}
+
+/* A burst of short prompts while sequences decode: they go whole, as many as the step's
+ * room holds (not one chunk's worth a step), and the one that meets the end of the room
+ * is cut there. */
+static void test_short_burst(void)
+{
+        struct bed b;
+        struct m40_seq *run[3], *burst[5];
+        struct m40_plan_step ps;
+
+        bed_init(&b, 40, 16, 256);
+        for (int i = 0; i < 3; i++)
+                run[i] = admit(&b, 4);
+        ps = step(&b);
+        CHECK(ps.n_decode == 0 && ps.n_rows == 3, "first step: %u decode, %u rows", ps.n_decode,
+              ps.n_rows);
+        for (int i = 0; i < 5; i++)
+                burst[i] = admit(&b, 10);
+        ps = step(&b);
+        /* 3 decode tokens + 3 prompts of 10 = 33 of 40; the 4th gets 7, the 5th none */
+        CHECK(ps.n_decode == 3 && ps.n_tokens == 40 && ps.n_prompt == 37 && ps.n_rows == 6,
+              "burst step: %u decode, %u tokens, %u prompt tokens, %u rows", ps.n_decode,
+              ps.n_tokens, ps.n_prompt, ps.n_rows);
+        for (int i = 0; i < 3; i++)
+                CHECK(burst[i]->n_past == 10 && burst[i]->row >= 0, "burst %d at %u, row %d", i,
+                      burst[i]->n_past, burst[i]->row);
+        CHECK(burst[3]->n_past == 7 && burst[3]->row < 0 && burst[4]->n_past == 0,
+              "burst 3 at %u, burst 4 at %u", burst[3]->n_past, burst[4]->n_past);
+        for (int i = 0; i < 3; i++)
+                CHECK(run[i]->row >= 0, "running sequence %d got no token", i);
+        ps = step(&b);
+        /* 6 decode tokens, then the 4th's 3 left and the 5th's 10, both short */
+        CHECK(ps.n_decode == 6 && ps.n_prompt == 13 && burst[3]->row >= 0 && burst[4]->row >= 0,
+              "after the burst: %u decode, %u prompt tokens", ps.n_decode, ps.n_prompt);
+        bed_done(&b);
+
+        /* short is by a prompt's whole length: 64 tokens (M40_PREFILL_WHOLE) go whole
+         * beside a decoder, 65 share the chunk of 16 */
+        bed_init(&b, 256, 16, 256);
+        run[0] = admit(&b, 4);
+        step(&b);
+        burst[0] = admit(&b, M40_PREFILL_WHOLE);
+        burst[1] = admit(&b, M40_PREFILL_WHOLE + 1);
+        ps = step(&b);
+        CHECK(ps.n_decode == 1 && ps.n_prompt == M40_PREFILL_WHOLE + 16 && burst[0]->row >= 0 &&
+                      burst[1]->n_past == 16,
+              "whole/cut: %u decode, %u prompt tokens, the long one at %u", ps.n_decode,
+              ps.n_prompt, burst[1]->n_past);
         bed_done(&b);
 }
 
@@ -256,11 +314,13 @@ static void test_kv_and_undo(void)
 int main(void)
 {
         test_decode_and_chunks();
+        test_short_burst();
         test_prefill_only();
         test_held_and_limits();
         test_kv_and_undo();
         if (!failures)
-                printf("ok: decode every step, prompts chunked by prefill_chunk oldest first, "
+                printf("ok: decode every step, short prompts whole, long ones chunked by "
+                       "prefill_chunk, "
                        "max_batch_tokens when nothing decodes, held, limits, KV, undo\n");
         return failures ? 1 : 0;
 }
