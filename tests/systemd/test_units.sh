@@ -124,12 +124,14 @@ inside() {
         { [ "$pid2" != 0 ] && [ "$pid2" != "$pid" ]; } || ifail "no restart within 120 s of SIGSTOP"
         [ "$(systemctl show -P NRestarts m40d.service)" -gt "$n" ] ||
                 ifail "m40d was not restarted by Restart= (NRestarts $n)"
-        for _ in $(seq 30); do   # PID 1's messages reach journald asynchronously
+        # PID 1's messages reach journald asynchronously; grep reads all (-q would leave
+        # journalctl to die of SIGPIPE, which pipefail counts as not found)
+        for _ in $(seq 30); do
                 journalctl --sync
-                journalctl --no-pager -u m40d.service | grep -q "Watchdog timeout" && break
+                journalctl --no-pager -u m40d.service | grep "Watchdog timeout" >/dev/null && break
                 sleep 1
         done
-        journalctl --no-pager -u m40d.service | grep -q "Watchdog timeout" ||
+        journalctl --no-pager -u m40d.service | grep "Watchdog timeout" >/dev/null ||
                 ifail "no 'Watchdog timeout' in m40d.service's journal"
         got=$(as m40-tester m40ctl submit --temp 0 -n 16 "$prompt") ||
                 ifail "submit after the watchdog restart: exit $?"
