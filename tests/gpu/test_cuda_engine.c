@@ -43,6 +43,7 @@
 #include "cuda/sample.h"
 #include "engine/sampler.h"
 #include "gputest.h"
+#include "enginetest.h"
 
 #define LOGIT_TOL 1e-3
 #define MAX_SEQS  4
@@ -193,20 +194,10 @@ static void one_model(const char *path, uint32_t n_gen)
         struct m40_engine *cpu = NULL, *gpu = NULL;
         struct m40_engine_model mi;
         static struct run rc, rg;
-        char err[512] = "";
         int r;
 
-        r = m40_cpu_engine_new(path, &lim, &cpu, err, sizeof(err));
-        if (r) {
-                fail("%s: cpu engine: %s", path, err);
+        if (engines_open(path, &lim, &cpu, &gpu))
                 return;
-        }
-        r = m40_cuda_engine_new(path, &lim, 0, &gpu, err, sizeof(err));
-        if (r) {
-                fail("%s: cuda engine: %d %s", path, r, err);
-                m40_engine_free(cpu);
-                return;
-        }
         m40_engine_model(gpu, &mi);
         for (int i = 0; i < 2; i++) {
                 r = drive(cpu, 1, 0, &single[i], n_gen, false, mi.n_vocab, &rc);

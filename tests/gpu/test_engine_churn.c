@@ -22,8 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda/cuda_engine.h"
 #include "cuda/launch.h"
+#include "enginetest.h"
 #include "gputest.h"
 
 #define LOGIT_TOL 1e-3
@@ -166,20 +166,10 @@ static void one_model(const char *path)
         struct m40_engine *cpu = NULL, *gpu = NULL;
         struct m40_engine_model mi;
         uint32_t exact = 0, ties = 0, tokens = 0;
-        char err[512] = "";
         int r;
 
-        r = m40_cpu_engine_new(path, &lim, &cpu, err, sizeof(err));
-        if (r) {
-                fail("%s: cpu engine: %s", path, err);
+        if (engines_open(path, &lim, &cpu, &gpu))
                 return;
-        }
-        r = m40_cuda_engine_new(path, &lim, 0, &gpu, err, sizeof(err));
-        if (r) {
-                fail("%s: cuda engine: %d %s", path, r, err);
-                m40_engine_free(cpu);
-                return;
-        }
         m40_engine_model(gpu, &mi);
         r = run(cpu, mi.n_vocab, &c);
         if (r)
