@@ -136,12 +136,17 @@ static int launch_mv(const struct mv_args *a, int n, int sms, cudaStream_t strea
 #ifndef MV_R8
 #define MV_R8 4
 #endif
+/* The same at batch 3..4 for pieces of 5..8 words (Q8_0, the float types) (knob for A/B). */
+#ifndef MV_R4W
+#define MV_R4W 4
+#endif
 template <int T, int NB> struct mv_rows {
         enum { WORDS = sizeof(typename mv_q<T, NB>::raw) / 4 }; /* registers a piece holds */
         enum {
                 R = NB == 1                                        ? (WORDS <= 8 ? MV_R1 : MV_R1_K)
                     : NB <= 2                                      ? (WORDS <= 8 ? 4 : 2)
                     : NB <= 4 && WORDS <= 4                        ? 4
+                    : NB == 4 && mv_direct<T, NB>::V && WORDS <= 8 ? MV_R4W
                     : NB == 8 && mv_direct<T, NB>::V && WORDS <= 8 ? MV_R8
                                                                    : 2
         };

@@ -9,7 +9,7 @@
 #          the tree as it is. The kernels' tuning constants are #ifndef-guarded for this
 #          (cuda/matvec.cuh: MV_MINB, MV_MINB_Q, MV_MINB_Q8, MV_HOIST, MV_PF, MV_PF_ALL,
 #          MV_Q32_WIDE_NB, MV_U_K, MV_META_AHEAD, MV_EPI_AHEAD, MV_DIRECT_NB; cuda/matvec_launch.cuh:
-#          MV_WPS, MV_WPS_K, MV_SPLIT_STEPS, MV_R1, MV_R1_K, MV_R8;
+#          MV_WPS, MV_WPS_K, MV_SPLIT_STEPS, MV_R1, MV_R1_K, MV_R8, MV_R4W;
 #          cuda/attention.cuh: ATTN_TILE,
 #          ATTN_SPAN_MIN, ATTN_PU, ATTN_Q_EARLY; cuda/attention_decode.cu: ATTN_G; cuda/attention_prompt.cu: AP_NG;
 #          cuda/prefetch.cu: PF_MODE, PF_MAX_MB).
