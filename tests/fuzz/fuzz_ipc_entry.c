@@ -6,7 +6,8 @@
  * region (a sealed memfd) and a scheduler of tiny in-memory vocabularies.
  *
  * Input (binary; the seeds in corpus/ipc_entry are hex text, see run-fuzz.sh):
- *   byte 0      bit 0: the vocabulary (SPM, BPE), bits 1..7: the chat template (mod count)
+ *   byte 0      bit 0: the vocabulary (SPM, BPE), bits 1..7: x, the chat template x mod
+ *               count, with a default system message (as SmolLM2's) when x / count is odd
  *   byte 1      entries published (mod 9); bit 7: byte 2..5 are the tail instead
  *   bytes 2..5  a raw sub_tail (little-endian) when byte 1 bit 7
  *   bytes 6..7  where the payload bytes go in the payload area (mod its size)
@@ -36,6 +37,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static struct m40_ipc_region g;
 static struct m40_sched sched;
+static struct m40_chat_template tmpl; /* sched.tmpl points here */
+static char default_system[] = "You are a terse assistant.";
 static struct m40_vocab *vocabs[2];
 static uint8_t *buf;
 
@@ -85,7 +88,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (size < 8 || size > 8 + SUB_ENTRIES * sizeof(sub) + 2 * MAX_REQ)
                 return 0;
         sched.v = vocabs[data[0] & 1];
-        sched.tmpl = (enum m40_chat_tmpl)((data[0] >> 1) % M40_CHAT_TMPL_COUNT);
+        tmpl.tmpl = (enum m40_chat_tmpl)((data[0] >> 1) % M40_CHAT_TMPL_COUNT);
+        tmpl.default_system = (data[0] >> 1) / M40_CHAT_TMPL_COUNT % 2 ? default_system : NULL;
+        sched.tmpl = &tmpl;
         n = (data[1] & 0x7f) % (SUB_ENTRIES + 1);
         tail = n;
         if (data[1] & 0x80)
