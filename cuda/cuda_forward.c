@@ -3,10 +3,10 @@
  *   x = embed(tokens); per layer: xn = rmsnorm(x) * attn_norm; q,k,v = xn Wq,Wk,Wv (+ b);
  *   rope q,k and store k,v (f16); att = attention; x += att Wo; xn = rmsnorm(x) * ffn_norm;
  *   x += (silu(xn Wg) * (xn Wu)) Wd; then logits = rmsnorm(x[rows]) * output_norm Wout.
- * Steps of up to M40_CUDA_MATVEC_MAX_BATCH tokens run the RMSNorms inside the matrix
- * kernels (matvec.h: the residual update leaves x * g and partial sums of squares, the
- * next products add those up and scale their sums).
- * Larger steps run the batched kernel (matvec.h, m40_cuda_mmq()), and above
+ * Steps of up to f->mv_max tokens (matvec.h, m40_cuda_matvec_steps_max()) run the RMSNorms
+ * inside the matrix kernels (matvec.h: the residual update leaves x * g and partial sums
+ * of squares, the next products add those up and scale their sums).
+ * Larger steps run the batched kernels (matvec.h, m40_cuda_mmq()), and above
  * FWD_MMQ_MAX_TOKENS tokens cuBLAS SGEMM on dequantized weight tiles (cuda/gemm.h). The
  * weights are loaded as in the file, then re-laid out once on the device into the
  * layout those kernels read (cuda/cuda_weights.h). */
@@ -65,7 +65,8 @@ struct m40_cuda_fwd {
         cudaEvent_t fork, join;
         size_t pf_bytes;
         struct m40_cuda_gemm *gemm; /* the prefill GEMM; NULL when steps are too small */
-        float *part;                /* m40_cuda_mmq()'s split partial sums, part_bytes */
+        uint32_t mv_max; /* steps of up to this many tokens take the matrix-vector kernel */
+        float *part;     /* m40_cuda_mmq()'s split partial sums, part_bytes */
         size_t part_bytes;
         uint16_t *kv; /* page 0 of the KV pool */
         size_t page_elems, v_off;
@@ -152,7 +153,7 @@ static int scratch(struct m40_cuda_fwd *f, char *err, size_t errlen)
         return r;
 }
 
-/* Matrix products of more than M40_CUDA_MATVEC_MAX_BATCH and at most FWD_MMQ_MAX_TOKENS
+/* Matrix products of more than f->mv_max and at most FWD_MMQ_MAX_TOKENS
  * tokens run on the batched kernel (matvec.h, m40_cuda_mmq(): weight tiles dequantized
  * into shared memory once per step, FP32 register tiles over the step's columns, k split
  * over f->part when the tiles are too few to fill the GPU); larger ones as cuBLAS SGEMM
@@ -189,12 +190,12 @@ static uint64_t gemm_tile_bytes(const struct m40_model *m)
 /* part_bytes - m40_cuda_mmq()'s partial sums for steps of up to n tokens: 16 splits of
  * min(n, 64) columns of the widest launch (q, k and v together; gate and up; the output
  * matrix), at most FWD_PART_MAX; 0 when no step is wider than the matrix-vector kernel. */
-static size_t part_bytes(const struct m40_model *m, uint32_t n)
+static size_t part_bytes(const struct m40_model *m, uint32_t n, uint32_t mv_max)
 {
         const size_t cols = n < 64 ? n : 64;
         size_t rows = m->output.n_out, b;
 
-        if (n <= M40_CUDA_MATVEC_MAX_BATCH)
+        if (n <= mv_max)
                 return 0;
         rows = rows > (size_t)m->q_dim + 2 * m->kv_dim ? rows : (size_t)m->q_dim + 2 * m->kv_dim;
         rows = rows > 2 * (size_t)m->n_ff ? rows : 2 * (size_t)m->n_ff;
@@ -313,7 +314,10 @@ int m40_cuda_fwd_new(const struct m40_model *m, int device, uint32_t max_tokens,
         f->attn_ws_bytes = m40_cuda_attention_workspace(max_tokens, m->n_heads,
                                                         max_ctx ? max_ctx - 1 : 0, m->head_dim);
         cfg.scratch_bytes += al(f->attn_ws_bytes);
-        f->part_bytes = part_bytes(m, max_tokens > max_rows ? max_tokens : max_rows);
+        /* the layers' main type (a Q4_K_M file's gate is Q4_K) picks the step policy */
+        f->mv_max =
+                m40_cuda_matvec_steps_max(m->n_layers ? m->layers[0].w_gate.type : m->output.type);
+        f->part_bytes = part_bytes(m, max_tokens > max_rows ? max_tokens : max_rows, f->mv_max);
         cfg.scratch_bytes += al(f->part_bytes);
         if (max_tokens > FWD_MMQ_MAX_TOKENS || max_rows > FWD_MMQ_MAX_TOKENS) {
                 gemm_tile = gemm_tile_bytes(m);
@@ -385,7 +389,7 @@ struct m40_cuda_fwd *m40_cuda_fwd_free(struct m40_cuda_fwd *f)
 }
 
 /* mmq - y[i] (n, w[i].n_out) (+)= x (n, n_in) W[i]^T for the nw matrices of w (same
- * layout), n > M40_CUDA_MATVEC_MAX_BATCH: the batched kernel in one launch up to
+ * layout), n > f->mv_max: the batched kernel in one launch up to
  * FWD_MMQ_MAX_TOKENS tokens, else the GEMM, one matrix at a time (add: through f->tmp
  * and an add; nw is then 1). */
 static int mmq(struct m40_cuda_fwd *f, const struct m40_cuda_matrix *w, uint32_t nw, const float *x,
@@ -410,7 +414,7 @@ static int mmq(struct m40_cuda_fwd *f, const struct m40_cuda_matrix *w, uint32_t
 static int mm(struct m40_cuda_fwd *f, const struct m40_cuda_matrix *w, const float *x, size_t ldx,
               float *y, size_t ldy, uint32_t n)
 {
-        if (n <= M40_CUDA_MATVEC_MAX_BATCH)
+        if (n <= f->mv_max)
                 return m40_cuda_matvec(w, x, ldx, y, ldy, n, f->stream);
         return mmq(f, w, 1, x, ldx, &y, &ldy, n, false);
 }
@@ -436,9 +440,9 @@ static int mm3(struct m40_cuda_fwd *f, const struct m40_cuda_matrix *w, uint32_t
 {
         int r = 0;
 
-        if (n <= M40_CUDA_MATVEC_MAX_BATCH && same_layout(w, nw))
+        if (n <= f->mv_max && same_layout(w, nw))
                 return m40_cuda_matmul_n(w, nw, x, ldx, y, ldy, n, f->stream);
-        if (n > M40_CUDA_MATVEC_MAX_BATCH && same_layout(w, nw))
+        if (n > f->mv_max && same_layout(w, nw))
                 return mmq(f, w, nw, x, ldx, y, ldy, n, false);
         for (uint32_t i = 0; i < nw && !r; i++)
                 r = mm(f, &w[i], x, ldx, y[i], ldy[i], n);
@@ -446,12 +450,12 @@ static int mm3(struct m40_cuda_fwd *f, const struct m40_cuda_matrix *w, uint32_t
 }
 
 /* fused - whether a step of n tokens runs the RMSNorms inside the matrix kernels. */
-static bool fused(uint32_t n)
+static bool fused(const struct m40_cuda_fwd *f, uint32_t n)
 {
-        return n <= M40_CUDA_MATVEC_MAX_BATCH;
+        return n <= f->mv_max;
 }
 
-/* mm3_norm - mm3() of rmsnorm(f->x) * norm_w: for small steps (fused(n)) the products
+/* mm3_norm - mm3() of rmsnorm(f->x) * norm_w: for small steps (fused(f, n)) the products
  * of f->xn = x * norm_w, which the embedding or the last residual update wrote, with the
  * scales it left (matvec.h); otherwise the norm kernel writes f->xn = rmsnorm(x) * norm_w
  * first. */
@@ -460,7 +464,7 @@ static int mm3_norm(struct m40_cuda_fwd *f, const struct m40_cuda_matrix *w, uin
 {
         int r = 0;
 
-        if (!fused(n)) {
+        if (!fused(f, n)) {
                 r = m40_cuda_rmsnorm(f->x, f->ld_dim, NULL, norm_w, f->m->dim, f->m->rms_eps, n,
                                      f->xn, f->ld_dim, f->stream);
                 return r ? r : mm3(f, w, nw, f->xn, f->ld_dim, y, ldy, n);
@@ -480,7 +484,7 @@ static int mm3_norm(struct m40_cuda_fwd *f, const struct m40_cuda_matrix *w, uin
 static int mm_add(struct m40_cuda_fwd *f, const struct m40_cuda_matrix *w, const float *x,
                   size_t ldx, uint32_t n, const float *next_g)
 {
-        if (fused(n)) {
+        if (fused(f, n)) {
                 struct m40_cuda_rms ro = f->rms;
 
                 ro.g = next_g;
@@ -497,7 +501,7 @@ static int ffn_in(struct m40_cuda_fwd *f, const struct m40_cuda_layer_weights *l
 {
         int r;
 
-        if (fused(T) && same_layout((const struct m40_cuda_matrix[]){l->gate, l->up}, 2))
+        if (fused(f, T) && same_layout((const struct m40_cuda_matrix[]){l->gate, l->up}, 2))
                 return m40_cuda_matmul_swiglu_rms(&l->gate, &l->up, f->xn, f->ld_dim, &f->rms,
                                                   f->gate, f->up, f->ld_ff, T, f->stream);
         r = mm3_norm(f, (const struct m40_cuda_matrix[]){l->gate, l->up}, 2, l->ffn_norm,
@@ -550,7 +554,7 @@ static int layer(struct m40_cuda_fwd *f, const struct m40_cuda_layer_weights *l,
 
         /* small steps without q/k/v biases: the products, RoPE and the KV append in one
          * launch; else the products (and biases), then the RoPE/KV kernel */
-        if (fused(T) && !l->bq && same_layout(qkv, 3)) {
+        if (fused(f, T) && !l->bq && same_layout(qkv, 3)) {
                 r = m40_cuda_matmul_qkv_rope(qkv, f->xn, f->ld_dim, &f->rms, &rope, kv, m->head_dim,
                                              y, ldy, T, s);
         } else {
@@ -566,7 +570,7 @@ static int layer(struct m40_cuda_fwd *f, const struct m40_cuda_layer_weights *l,
         }
         /* small steps: attention is a chain of load latencies that leaves DRAM idle, so a
          * branch of the graph beside it fetches the next matrices into the L2 */
-        const bool side = !r && fused(T) && f->pf_bytes;
+        const bool side = !r && fused(f, T) && f->pf_bytes;
         /* what the layer reads after attention, in order (none without the branch) */
         const struct m40_cuda_matrix *const after[] = {&l->wo,
                                                        &l->gate,
@@ -666,7 +670,8 @@ static int forward(struct m40_cuda_fwd *f, uint32_t n, uint32_t n_rows, uint32_t
 
         ro.g = f->mw.layers[0].attn_norm;
         r = m40_cuda_embed_rms(f->mw.tok_embd.data, f->mw.tok_embd.type, f->mw.tok_embd.row_bytes,
-                               m->dim, d_tok, n, f->x, f->ld_dim, fused(n) ? &ro : NULL, f->stream);
+                               m->dim, d_tok, n, f->x, f->ld_dim, fused(f, n) ? &ro : NULL,
+                               f->stream);
         for (uint32_t i = 0; i < m->n_layers && !r; i++) {
                 kv.layer = i;
                 r = layer(f, &f->mw.layers[i], i + 1 < m->n_layers ? &f->mw.layers[i + 1] : NULL,

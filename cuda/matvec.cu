@@ -413,6 +413,26 @@ extern "C" int m40_cuda_matmul_qkv_rope(const struct m40_cuda_matrix *w, const f
         return launch(a, 3, w[0].type, stream);
 }
 
+/* Steps up to this many tokens take the matrix-vector kernel in the forward pass
+ * (m40_cuda_matvec_steps_max()), quantized types and float types; knobs for A/B builds.
+ * Above them the batched kernels (k_mmr up to MR_MAX_NB columns) are faster for the
+ * quantized types from 5 columns; the float types keep the matrix-vector kernel to 8. */
+#ifndef MV_FWD_MAX
+#define MV_FWD_MAX 4
+#endif
+#ifndef MV_FWD_MAX_F
+#define MV_FWD_MAX_F 8
+#endif
+static_assert(MV_FWD_MAX >= 1 && MV_FWD_MAX <= M40_CUDA_MATVEC_MAX_BATCH, "matvec batches");
+static_assert(MV_FWD_MAX_F >= 1 && MV_FWD_MAX_F <= M40_CUDA_MATVEC_MAX_BATCH, "matvec batches");
+
+extern "C" uint32_t m40_cuda_matvec_steps_max(uint32_t type)
+{
+        const bool flt = type == M40_GGML_F32 || type == M40_GGML_F16 || type == M40_GGML_BF16;
+
+        return flt ? MV_FWD_MAX_F : MV_FWD_MAX;
+}
+
 extern "C" int m40_cuda_mmq(const struct m40_cuda_matrix *w, uint32_t n, const float *x, size_t ldx,
                             float *const *y, const size_t *ldy, uint32_t batch, bool add,
                             float *part, size_t part_bytes, struct CUstream_st *stream)

@@ -53,6 +53,13 @@ struct m40_cuda_matrix {
         size_t row_bytes;
 };
 
+/* m40_cuda_matvec_steps_max - the most tokens a forward step over matrices of GGML type
+ * `type` runs on the matrix-vector kernel and its fused epilogues (1..
+ * M40_CUDA_MATVEC_MAX_BATCH); wider steps take m40_cuda_mmq(). A build-time choice per
+ * family (knobs MV_FWD_MAX for the quantized types, MV_FWD_MAX_F for F32/F16/BF16; the
+ * measured A/B is in tests/bench/RESULTS.md). */
+uint32_t m40_cuda_matvec_steps_max(uint32_t type);
+
 /* m40_cuda_matmul - y = x * W^T for batch 1..64 columns, picking the kernel: the
  * matrix-vector kernel up to M40_CUDA_MATVEC_MAX_BATCH columns, the batched one (not
  * split) above. */

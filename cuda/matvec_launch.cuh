@@ -8,6 +8,7 @@
 
 #include "cuda/matvec.cuh"
 #include "cuda/mmq.cuh"
+#include "cuda/mmr.cuh"
 
 /* Warps per row group for k_matvec (log2): split rows over warps until the grid has
  * about wps warps per SM. More, shorter warps fill the last waves of mid-sized matrices

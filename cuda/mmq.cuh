@@ -386,7 +386,7 @@ static __global__ void __launch_bounds__(256) k_mmq_reduce(const struct mq_args 
 
 /* ---- launch (host) ---- */
 
-/* Splits of k no fewer than this many steps each, and at most this many splits. */
+/* Splits of k no fewer than this many steps each (k_mmq), and at most this many splits. */
 #ifndef MQ_SPLIT_MIN_STEPS
 #define MQ_SPLIT_MIN_STEPS 4
 #endif
@@ -394,10 +394,10 @@ static __global__ void __launch_bounds__(256) k_mmq_reduce(const struct mq_args 
 
 /* mq_split - the splits of k for `blocks` blocks of `steps` k steps on `slots` resident
  * blocks: the fewest that come within 2% of the best fill of the last wave (blocks x s /
- * (slots x waves)), at most MQ_MAX_SPLIT, steps / MQ_SPLIT_MIN_STEPS and max_split. */
-static inline int mq_split(long blocks, int steps, long slots, int max_split)
+ * (slots x waves)), at most MQ_MAX_SPLIT, steps / min_steps and max_split. */
+static inline int mq_split(long blocks, int steps, long slots, int max_split, int min_steps)
 {
-        int best = 1, cap = steps / MQ_SPLIT_MIN_STEPS;
+        int best = 1, cap = steps / min_steps;
         double best_fill = 0.0;
 
         cap = cap < max_split ? cap : max_split;
@@ -412,6 +412,16 @@ static inline int mq_split(long blocks, int steps, long slots, int max_split)
                 }
         }
         return best;
+}
+
+/* mq_reduce - k_mmq_reduce over a (a.nsplit > 1): y (+)= the splits' partial sums. */
+static inline int mq_reduce(const struct mq_args *a, int sms, cudaStream_t stream)
+{
+        const size_t outs = (size_t)a->nb * a->m.rows, want = (size_t)sms * 8;
+        const size_t blocks = (outs + 255) / 256 < want ? (outs + 255) / 256 : want;
+
+        k_mmq_reduce<<<(unsigned)blocks, 256, 0, stream>>>(*a);
+        return m40_cuda_launch_status("k_mmq_reduce");
 }
 
 /* launch_mq_s - k_mmq<T, S> over a's matrices (t_end, nsplit, kper filled in here), then
@@ -435,7 +445,7 @@ static int launch_mq_s(struct mq_args a, int sms, size_t part_bytes, cudaStream_
                 per_sm = 1;
         }
         a.nsplit = a.part ? mq_split((long)tiles * cols, steps, (long)sms * per_sm,
-                                     (int)(part_bytes / col_bytes))
+                                     (int)(part_bytes / col_bytes), MQ_SPLIT_MIN_STEPS)
                           : 1;
         a.kper = (steps + a.nsplit - 1) / a.nsplit * MQ_KS;
         a.nsplit = (a.n_in + a.kper - 1) / a.kper;
@@ -443,13 +453,7 @@ static int launch_mq_s(struct mq_args a, int sms, size_t part_bytes, cudaStream_
                 <<<dim3((unsigned)tiles, (unsigned)cols, (unsigned)a.nsplit), S::NT, 0, stream>>>(
                         a);
         r = m40_cuda_launch_status("k_mmq");
-        if (r || a.nsplit == 1)
-                return r;
-        const size_t outs = (size_t)a.nb * a.m.rows, want = (size_t)sms * 8;
-        const size_t blocks = (outs + 255) / 256 < want ? (outs + 255) / 256 : want;
-
-        k_mmq_reduce<<<(unsigned)blocks, 256, 0, stream>>>(a);
-        return m40_cuda_launch_status("k_mmq_reduce");
+        return r || a.nsplit == 1 ? r : mq_reduce(&a, sms, stream);
 }
 
 /* launch_mq - the tile shape for a's batch: the narrowest column tile (8, 16, 32, 64)
@@ -466,8 +470,8 @@ static int launch_mq(const struct mq_args *a, int sms, size_t part_bytes, cudaSt
         return launch_mq_s<T, mq_s64>(*a, sms, part_bytes, stream);
 }
 
-/* The per-family entry points of the batched kernel (matvec_f.cu, matvec_q.cu,
- * matvec_k.cu): launch_mq<T> for a type of the family, -ENOTSUP for another. */
+/* The per-family entry points of the batched kernels (matvec_f.cu, matvec_q.cu,
+ * matvec_k.cu): launch_mm<T> (mmr.cuh) for a type of the family, -ENOTSUP for another. */
 int m40_mq_launch_f(uint32_t type, const struct mq_args *a, int sms, size_t part_bytes,
                     cudaStream_t stream);
 int m40_mq_launch_q(uint32_t type, const struct mq_args *a, int sms, size_t part_bytes,
@@ -475,8 +479,7 @@ int m40_mq_launch_q(uint32_t type, const struct mq_args *a, int sms, size_t part
 int m40_mq_launch_k(uint32_t type, const struct mq_args *a, int sms, size_t part_bytes,
                     cudaStream_t stream);
 
-#define M40_MQ_CASE(T)                                                                             \
-        case T:                                                                                    \
-                return launch_mq<T>(a, sms, part_bytes, stream);
+/* (M40_MQ_CASE, the per-type case of those entry points, is in mmr.cuh: launch_mm<T>
+ * picks k_mmr or k_mmq.) */
 
 #endif

@@ -574,7 +574,7 @@ template <> struct qt<M40_GGML_Q8_0> : q_deq8<qt<M40_GGML_Q8_0>> {
 
 /* The 32-element 4/5-bit types: byte i of qs holds element i (low nibble) and
  * element i + 16 (high nibble); Q5's 5th bit of element i is bit i of qh. Split row:
- * qs[nb][16], then (Q5) qh[nb][4], then d or (d, m)[nb]. A piece is W (1 or 2) words
+ * qs[nb][16], then (Q5) qh[nb][4], then d or (d, m)[nb]. A piece is W (1, 2 or 4) words
  * of a block's qs, PPB = 4 / W pieces per block: piece p is block b = p / PPB, quant
  * bytes 4Wp .. 4Wp + 4W - 1 of the row, i.e. elements 4W(p % PPB) + 0 .. 4W - 1 (runs
  * 0 .. W - 1, low nibbles) and 16 + the same (runs W .. 2W - 1, high): adjacent lanes
@@ -583,18 +583,20 @@ template <> struct qt<M40_GGML_Q8_0> : q_deq8<qt<M40_GGML_Q8_0>> {
  * (matvec.cuh, mv_q<T, NB>: Q4_0's loop 3.7 sm_90 instructions per weight instead of
  * 5.6, in more registers). (One lane per whole block, 16-byte loads, was measured slower on an
  * H100, 0.39 of copy bandwidth against 0.52: its lanes' activation reads are 128 bytes
- * apart, and the L1 then serves a line per lane.) */
+ * apart, and the L1 then serves a line per lane.) The batched kernel of mmr.cuh, whose
+ * lanes are rows and whose activations are shared-memory broadcasts, takes W = 4: a
+ * piece is a whole block. */
 template <int BBYTES, int QH, int OFF, bool HASMIN, int W = 1>
 struct qt_q32 : q_deq8<qt_q32<BBYTES, QH, OFF, HASMIN, W>> {
-        static_assert(W == 1 || W == 2, "pieces of one or two words");
-        enum { PPB = 4 / W, PSH = W == 1 ? 2 : 1 }; /* pieces per block, its log2 */
+        static_assert(W == 1 || W == 2 || W == 4, "pieces of one, two or four words");
+        enum { PPB = 4 / W, PSH = W == 1 ? 2 : W == 2 ? 1 : 0 }; /* pieces per block, log2 */
         enum { EPP = 8 * W, NRUN = 2 * W, NG = 1, XSUM = 1, TAIL = 0, SPLIT = 1, BB = BBYTES };
         struct raw {
                 uint32_t q[W], qh, dm;
         };
         M40_HD int pieces(int n_in)
         {
-                return n_in >> (3 + W - 1);
+                return n_in >> (5 - PSH);
         }
         /* 4 bytes at a field start of 4 * k: 4-aligned when the row is (always when the
          * block size is a multiple of 4). */
@@ -620,7 +622,12 @@ struct qt_q32 : q_deq8<qt_q32<BBYTES, QH, OFF, HASMIN, W>> {
         {
                 const uint8_t *q = row + 4 * W * p;
 
-                if (VEC && W == 2) {
+                if (VEC && W == 4) {
+                        const uint4 u = ld_u128(q);
+
+                        r.q[0] = u.x, r.q[W > 1 ? 1 : 0] = u.y;
+                        r.q[W > 2 ? 2 : 0] = u.z, r.q[W > 3 ? 3 : 0] = u.w;
+                } else if (VEC && W == 2) {
                         const uint2 u = ld_u64(q);
 
                         r.q[0] = u.x;

@@ -10,9 +10,10 @@
 # and prints per launch: type, grid, time, DRAM and L1 throughput (% of peak), issue
 # slots busy, achieved occupancy, registers, and the stall reasons (warps stalled per
 # issued instruction) that take more than 0.3. Environment: BUILD (default build-gpu),
-# NCU (default ncu on PATH, else /usr/local/cuda/bin/ncu), KERNEL=mmq to profile the
-# batched kernel instead (k_mmq<T, shape> of the given types at every batch above 8;
-# the FMA pipe's busy share, shared-memory wavefronts and bank conflicts are added).
+# NCU (default ncu on PATH, else /usr/local/cuda/bin/ncu), KERNEL=mmq or mmr to profile a
+# batched kernel instead (k_mmq<T, shape> or k_mmr<T, NR, VEC> of the given types at
+# every batch the bench gives them; the FMA pipe's busy share, shared-memory and
+# global-load L1 wavefronts and bank conflicts are added).
 set -uo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 1
@@ -32,6 +33,7 @@ metrics+=,sm__warps_active.avg.pct_of_peak_sustained_active,launch__registers_pe
 metrics+=,l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum
 metrics+=,l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum
 metrics+=,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum
+metrics+=,l1tex__data_pipe_lsu_wavefronts.sum
 metrics+=,smsp__inst_executed.sum
 metrics+=,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active
 metrics+=,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum
@@ -42,6 +44,7 @@ for s in $stalls; do
 done
 kre="regex:k_matvec<\\(int\\)($alt), \\(int\\)1, .*\\(int\\)0, \\(int\\)[12]>"
 [ "${KERNEL:-}" = mmq ] && kre="regex:k_mmq<\\(int\\)($alt), "
+[ "${KERNEL:-}" = mmr ] && kre="regex:k_mmr<\\(int\\)($alt), "
 "$NCU" --csv --kernel-name-base demangled -k "$kre" \
         --filter-mode per-launch-config --launch-count 1 --metrics "$metrics" \
         "$BUILD/tests/bench/m40-bench" --matvec --iters 2 >"$TMP/ncu.csv" 2>"$TMP/ncu.err" ||
@@ -63,6 +66,7 @@ short = {"gpu__time_duration.sum": "time", "dram__throughput.avg.pct_of_peak_sus
          "smsp__inst_executed.sum": "inst",
          "sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active": "fma%",
          "l1tex__data_pipe_lsu_wavefronts_mem_shared.sum": "shared_wf",
+         "l1tex__data_pipe_lsu_wavefronts.sum": "lsu_wf",
          "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum": "bank_confl"}
 for (i, name, grid), m in k.items():
     out = [name, "grid", grid]

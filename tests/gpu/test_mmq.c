@@ -3,9 +3,11 @@
  *
  * Owns the checks that for every weight type (F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K
  * Q5_K Q6_K): every batch 1..64 and some larger ones (prompt chunks: several column
- * tiles), one to three matrices of ragged row counts in one launch, y = x W^T and
- * y += x W^T on random prior y, with k split over a partial-sum buffer (several splits,
- * ragged last split) and without, give every output within the bound of the
+ * tiles; batches up to MR_MAX_NB, 8, take k_mmr, cuda/mmr.cuh, the larger ones k_mmq),
+ * rows of a whole number of 16 bytes and rows that are not, one to three matrices of
+ * ragged row counts in one launch, y = x W^T and y += x W^T on random prior y, with k
+ * split over a partial-sum buffer (several splits, ragged last split) and without, give
+ * every output within the bound of the
  * double-precision reference, and that nothing outside y is written (y poisoned with
  * NaN first: guard columns and a guard row stay poisoned; the partial buffer poisoned
  * too, so a split that is read before it is written shows). Also the argument checks.
@@ -146,12 +148,23 @@ static size_t part_for(uint32_t rows, uint32_t batch)
         return (size_t)16 * rows * batch * sizeof(float);
 }
 
-/* Every batch 1..64 (quick: a spread of them) on one small matrix of ragged rows whose
- * k splits (long rows, few tiles); then larger batches. */
-static void run_batches(int ti, int quick)
+/* The row length for type ti from lens[aligned ? 0 : 1][family], the families being
+ * elements (F32 F16 BF16), 32-element blocks and 256-element blocks. */
+static uint32_t row_len(int ti, const uint32_t lens[2][3], bool aligned)
 {
         const uint32_t bs = m40_ggml_type_info(types[ti])->block_size;
-        const uint32_t n_in = bs == 1 ? 2051 : bs == 32 ? 32 * 67 : 256 * 9;
+
+        return lens[aligned ? 0 : 1][bs == 1 ? 0 : bs == 32 ? 1 : 2];
+}
+
+/* Every batch 1..64 (quick: a spread of them) on one small matrix of ragged rows whose
+ * k splits (long rows, few tiles); then larger batches. aligned: rows of a whole number
+ * of 16 bytes (what model matrices have: the kernels' wide loads), else rows that are not
+ * (and, for F32, a ragged last 8-element piece). */
+static void run_batches(int ti, int quick, bool aligned)
+{
+        static const uint32_t lens[2][3] = {{2048, 32 * 72, 256 * 8}, {2051, 32 * 67, 256 * 9}};
+        const uint32_t n_in = row_len(ti, lens, aligned);
         static const uint32_t big[] = {65, 100, 257};
         struct mat m;
 
@@ -170,13 +183,13 @@ static void run_batches(int ti, int quick)
 }
 
 /* Three matrices of ragged row counts sharing x (q, k, v), and two (gate, up), each
- * with and without splits, adding and not. */
-static void run_multi(int ti, int quick)
+ * with and without splits, adding and not; rows aligned as run_batches() says. */
+static void run_multi(int ti, int quick, bool aligned)
 {
-        const uint32_t bs = m40_ggml_type_info(types[ti])->block_size;
-        const uint32_t n_in = bs == 1 ? 520 : bs == 32 ? 32 * 17 : 256 * 3;
+        static const uint32_t lens[2][3] = {{512, 32 * 16, 256 * 8}, {520, 32 * 17, 256 * 3}};
+        const uint32_t n_in = row_len(ti, lens, aligned);
         static const uint32_t rows[3] = {300, 77, 129};
-        static const uint32_t batches[] = {9, 33, 64, 70};
+        static const uint32_t batches[] = {5, 8, 9, 33, 64, 70};
         struct mat ms[3];
         uint32_t made = 0;
 
@@ -260,8 +273,10 @@ int main(void)
 
                 if (quick >= 2 && t != M40_GGML_F16 && t != M40_GGML_Q4_0 && t != M40_GGML_Q6_K)
                         continue;
-                run_batches(ti, quick);
-                run_multi(ti, quick);
+                run_batches(ti, quick, true);
+                run_batches(ti, quick, false);
+                run_multi(ti, quick, true);
+                run_multi(ti, quick, false);
                 if (quick < 2)
                         run_tall(ti);
         }
