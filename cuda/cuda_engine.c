@@ -359,15 +359,20 @@ static void load_note(void *user, const char *msg)
                 lim->load_note(lim->load_ctx, msg);
 }
 
-int m40_cuda_engine_new(const char *path, const struct m40_engine_limits *lim, int device,
+int m40_cuda_engine_new(struct m40_gguf *g, const struct m40_engine_limits *lim, int device,
                         struct m40_engine **ret, char *err, size_t errlen)
 {
-        struct cuda_engine *e = calloc(1, sizeof(*e));
+        struct cuda_engine *e;
         struct m40_cuda_load_opts load = {0};
         struct m40_cuda_alloc_stats as;
         uint64_t page_bytes, n_pages;
+        const char *path;
         int r;
 
+        if (!g)
+                return -EINVAL;
+        path = m40_gguf_path(g);
+        e = calloc(1, sizeof(*e));
         if (!e)
                 return -ENOMEM;
         e->base.ops = &cuda_ops;
@@ -389,7 +394,7 @@ int m40_cuda_engine_new(const char *path, const struct m40_engine_limits *lim, i
                                  "the CUDA engine computes with float32 activations only");
                 goto out_free;
         }
-        r = m40_model_open(path, &e->m, err, errlen);
+        r = m40_model_open(g, &e->m, err, errlen);
         if (r)
                 goto out_free;
         fill_limits(&e->lim, e->m);

@@ -23,8 +23,11 @@
 extern "C" {
 #endif
 
-/* m40_cuda_engine_new - load the GGUF at path onto CUDA device `device` (ordinal; 0 is
- * the first GPU) and return an engine in *ret (free it with m40_engine_free()).
+/* m40_cuda_engine_new - load the parsed GGUF g (m40_gguf_open(); borrowed: the caller
+ * frees it after the engine) onto CUDA device `device` (ordinal; 0 is the first GPU) and
+ * return an engine in *ret (free it with m40_engine_free()). The file is read through g's
+ * open descriptor (m40_gguf_fd(): the small tensors through a mapping, the weights by the
+ * loader, cuda/loader.h); its path is not opened again.
  *
  * lim may be NULL; every field 0 means the CPU engine's default (16 slots, max_ctx
  * min(train ctx, 4096), page_tokens 16, max_batch_tokens 256) but kv_bytes: 0 sizes the
@@ -45,7 +48,7 @@ extern "C" {
  * is set on that thread). m40_engine_step() returns M40_ECUDA when a launch fails
  * (m40_cuda_last_error() has the message); the step is then undone (the same tokens run
  * again next step) unless the CUDA context itself is lost. */
-int m40_cuda_engine_new(const char *path, const struct m40_engine_limits *lim, int device,
+int m40_cuda_engine_new(struct m40_gguf *g, const struct m40_engine_limits *lim, int device,
                         struct m40_engine **ret, char *err, size_t errlen);
 
 #ifdef __cplusplus

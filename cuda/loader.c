@@ -40,11 +40,12 @@ struct slot {
 
 struct load {
         struct m40_cuda_alloc *a;
-        const char *path;
+        const char *path; /* the file's name, for messages */
         const struct m40_cuda_load_opts *o;
         char *err;
         size_t errlen;
-        int fd;
+        int fd; /* the caller's; never closed here */
+        int fl; /* its file status flags on entry, restored at the end */
         int direct;
         int warm;             /* AUTO found the file in the page cache: pread, no O_DIRECT */
         uint64_t offset, end; /* wanted file range [offset, end) */
@@ -341,9 +342,9 @@ static int load_uring(struct load *l)
 
 #endif /* M40_HAVE_LIBURING */
 
-/* Whether most pages of path's bytes [off, end) are in the page cache already (mincore
+/* Whether most pages of fd's bytes [off, end) are in the page cache already (mincore
  * over a mapping that reads nothing in); false when that cannot be told. */
-static bool mostly_cached(const char *path, uint64_t off, uint64_t end)
+static bool mostly_cached(int fd, uint64_t off, uint64_t end)
 {
         const long pg = sysconf(_SC_PAGESIZE);
         uint64_t a, size;
@@ -351,24 +352,17 @@ static bool mostly_cached(const char *path, uint64_t off, uint64_t end)
         unsigned char *vec;
         struct stat st;
         void *map;
-        int fd;
 
         if (pg <= 0)
-                return false;
-        fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
                 return false;
         size = fstat(fd, &st) == 0 && st.st_size > 0 ? (uint64_t)st.st_size : 0;
         end = end < size ? end : size;
         a = off & ~(uint64_t)(pg - 1);
-        if (end <= a || end - a > SIZE_MAX / 2) {
-                close(fd);
+        if (end <= a || end - a > SIZE_MAX / 2)
                 return false;
-        }
         len = (size_t)(end - a);
         pages = (len + (size_t)pg - 1) / (size_t)pg;
         map = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, (off_t)a);
-        close(fd);
         if (map == MAP_FAILED)
                 return false;
         vec = malloc(pages);
@@ -380,39 +374,39 @@ static bool mostly_cached(const char *path, uint64_t off, uint64_t end)
         return resident * 2 > pages;
 }
 
-/* Open path, with O_DIRECT when asked and possible: a first aligned read tells
- * whether the file system takes it. */
-static int open_file(struct load *l, int want_direct)
+/* set_direct - turns O_DIRECT on for the caller's descriptor when asked and possible
+ * (fcntl F_SETFL: the file is not opened again); a first aligned read tells whether the
+ * file system takes it. m40_cuda_load_range() puts the flags back as it found them. */
+static int set_direct(struct load *l, int want_direct)
 {
         l->direct = 0;
-        if (want_direct) {
-                l->fd = open(l->path, O_RDONLY | O_CLOEXEC | O_DIRECT);
-                if (l->fd >= 0) {
-                        void *probe = m40_cuda_staging(l->a, 0);
-                        ssize_t n = pread(l->fd, probe, IO_ALIGN, (off_t)l->first);
-
-                        if (n >= 0) {
-                                l->direct = 1;
-                                return 0;
-                        }
-                        note(l,
-                             "%s: O_DIRECT reads fail here (%s): reading through the page "
-                             "cache",
-                             l->path, strerror(errno));
-                        close(l->fd);
-                } else if (errno == EINVAL) {
-                        note(l,
-                             "%s: the file system does not take O_DIRECT: reading through the "
-                             "page cache",
-                             l->path);
-                }
-        }
-        l->fd = open(l->path, O_RDONLY | O_CLOEXEC);
-        if (l->fd < 0) {
+        l->fl = fcntl(l->fd, F_GETFL);
+        if (l->fl < 0) {
                 int e = errno;
 
-                set_err(l->err, l->errlen, "%s: cannot open: %s", l->path, strerror(e));
+                set_err(l->err, l->errlen, "%s: not an open file: %s", l->path, strerror(e));
                 return -e;
+        }
+        if (!want_direct || (l->fl & O_DIRECT)) {
+                l->direct = (l->fl & O_DIRECT) != 0;
+                return 0;
+        }
+        if (fcntl(l->fd, F_SETFL, l->fl | O_DIRECT) == 0) {
+                void *probe = m40_cuda_staging(l->a, 0);
+                ssize_t n = pread(l->fd, probe, IO_ALIGN, (off_t)l->first);
+
+                if (n >= 0) {
+                        l->direct = 1;
+                        return 0;
+                }
+                note(l, "%s: O_DIRECT reads fail here (%s): reading through the page cache",
+                     l->path, strerror(errno));
+                (void)fcntl(l->fd, F_SETFL, l->fl);
+        } else if (errno == EINVAL) {
+                note(l,
+                     "%s: the file system does not take O_DIRECT: reading through the page "
+                     "cache",
+                     l->path);
         }
         return 0;
 }
@@ -480,16 +474,17 @@ static int run_pipeline(struct load *l)
         return load_pread(l);
 }
 
-int m40_cuda_load_range(struct m40_cuda_alloc *a, const char *path, uint64_t offset, uint64_t bytes,
-                        void *dst, const struct m40_cuda_load_opts *opts,
+int m40_cuda_load_range(struct m40_cuda_alloc *a, int fd, const char *name, uint64_t offset,
+                        uint64_t bytes, void *dst, const struct m40_cuda_load_opts *opts,
                         struct m40_cuda_load_stats *stats, char *err, size_t errlen)
 {
+        const char *path = name ? name : "(model file)";
         struct load *l;
         cudaError_t e;
         uint64_t n;
         int r;
 
-        if (!a || !path || (!dst && bytes))
+        if (!a || fd < 0 || (!dst && bytes))
                 return -EINVAL;
         if (bytes > UINT64_MAX / 4 || offset > UINT64_MAX / 4)
                 return -EINVAL;
@@ -508,7 +503,8 @@ int m40_cuda_load_range(struct m40_cuda_alloc *a, const char *path, uint64_t off
         l->o = opts;
         l->err = err;
         l->errlen = errlen;
-        l->fd = -1;
+        l->fd = fd;
+        l->fl = -1;
         l->dst = (uint8_t *)dst;
         l->offset = offset;
         l->end = offset + bytes;
@@ -530,12 +526,12 @@ int m40_cuda_load_range(struct m40_cuda_alloc *a, const char *path, uint64_t off
         /* AUTO with a file mostly in the page cache already (a warm restart): plain reads
          * of the cache, which go faster than the disk O_DIRECT would read from */
         if (bytes > 0 && (!opts || opts->io == M40_CUDA_LOAD_AUTO) &&
-            mostly_cached(path, l->first, l->read_end)) {
+            mostly_cached(fd, l->first, l->read_end)) {
                 note(l, "%s: in the page cache already: reading it with pread", path);
                 l->warm = 1;
         }
         if (bytes > 0) {
-                r = open_file(l, !(opts && opts->no_direct) && !l->warm);
+                r = set_direct(l, !(opts && opts->no_direct) && !l->warm);
                 if (r == 0)
                         r = setup_cuda(l);
                 if (r == 0)
@@ -547,8 +543,8 @@ int m40_cuda_load_range(struct m40_cuda_alloc *a, const char *path, uint64_t off
                         r = cuda_fail(l, e, "Upload failed");
         }
         teardown_cuda(l);
-        if (l->fd >= 0)
-                close(l->fd);
+        if (l->direct)
+                (void)fcntl(l->fd, F_SETFL, l->fl);
         if (r == 0) {
                 l->st.bytes = bytes;
                 l->st.seconds = elapsed(l);
@@ -621,8 +617,8 @@ int m40_cuda_load_gguf(struct m40_cuda_alloc *a, const struct m40_gguf *g,
                 }
         }
         w.base = base;
-        r = m40_cuda_load_range(a, m40_gguf_path(g), w.file_offset, w.bytes, base, opts, stats, err,
-                                errlen);
+        r = m40_cuda_load_range(a, m40_gguf_fd(g), m40_gguf_path(g), w.file_offset, w.bytes, base,
+                                opts, stats, err, errlen);
         if (r < 0)
                 return r;
         *ret = w;

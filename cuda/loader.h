@@ -1,6 +1,7 @@
 /* cuda/loader.h - the model loader: GGUF tensor data from disk into device memory.
  *
- * Owns reading a file range in large aligned chunks into the allocator's pinned
+ * Owns reading a range of an open file (the descriptor m40_gguf_open() kept; the loader
+ * never opens the model's path) in large aligned chunks into the allocator's pinned
  * staging buffers while cudaMemcpyAsync uploads the chunk read before, and placing a
  * GGUF file's whole tensor-data section in the weights pool. Reads go through io_uring
  * (liburing) with registered buffers and O_DIRECT where the kernel and file system
@@ -81,16 +82,21 @@ struct m40_cuda_weights {
  * alignment). Returns 0 and *ret_bytes; -EINVAL for NULL arguments. */
 int m40_cuda_load_plan(const struct m40_gguf *g, uint64_t *ret_bytes);
 
-/* m40_cuda_load_range - copy `bytes` bytes of the file at path, from `offset` on, to
- * device memory dst, through a's staging buffers (at least 2), on a private stream;
- * returns after the last byte is on the device. opts may be NULL (AUTO, O_DIRECT tried,
- * no callbacks). stats may be NULL. */
-int m40_cuda_load_range(struct m40_cuda_alloc *a, const char *path, uint64_t offset, uint64_t bytes,
-                        void *dst, const struct m40_cuda_load_opts *opts,
+/* m40_cuda_load_range - copy `bytes` bytes of the open file fd (named name in messages;
+ * may be NULL), from `offset` on, to device memory dst, through a's staging buffers (at
+ * least 2), on a private stream; returns after the last byte is on the device. The file is
+ * not opened again: reads are pread/io_uring at absolute offsets (fd's offset is left
+ * alone), and O_DIRECT is switched on for fd with fcntl(F_SETFL) for the load and off
+ * again before returning, so nothing else may read fd while it runs. fd stays the
+ * caller's. opts may be NULL (AUTO, O_DIRECT tried, no callbacks). stats may be NULL.
+ * -EINVAL for fd < 0. */
+int m40_cuda_load_range(struct m40_cuda_alloc *a, int fd, const char *name, uint64_t offset,
+                        uint64_t bytes, void *dst, const struct m40_cuda_load_opts *opts,
                         struct m40_cuda_load_stats *stats, char *err, size_t errlen);
 
 /* m40_cuda_load_gguf - take m40_cuda_load_plan() bytes from a's weights pool and load
- * g's data section there (m40_cuda_load_range() on m40_gguf_path(g)). On success
+ * g's data section there (m40_cuda_load_range() on m40_gguf_fd(g), the file g parsed;
+ * -EINVAL for a g from m40_gguf_open_mem()). On success
  * fills *ret; the memory stays the allocator's. On failure the pool space stays taken
  * (the allocator is then meant to be freed: loading is all or nothing). */
 int m40_cuda_load_gguf(struct m40_cuda_alloc *a, const struct m40_gguf *g,

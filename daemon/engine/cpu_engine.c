@@ -228,13 +228,18 @@ static void fill_limits(struct m40_engine_limits *lim, const struct m40_model *m
         }
 }
 
-int m40_cpu_engine_new(const char *path, const struct m40_engine_limits *lim,
+int m40_cpu_engine_new(struct m40_gguf *g, const struct m40_engine_limits *lim,
                        struct m40_engine **ret, char *err, size_t errlen)
 {
-        struct cpu_engine *e = calloc(1, sizeof(*e));
+        struct cpu_engine *e;
         uint64_t page_bytes, n_pages;
+        const char *path;
         int r;
 
+        if (!g)
+                return -EINVAL;
+        path = m40_gguf_path(g);
+        e = calloc(1, sizeof(*e));
         if (!e)
                 return -ENOMEM;
         e->base.ops = &cpu_ops;
@@ -246,7 +251,7 @@ int m40_cpu_engine_new(const char *path, const struct m40_engine_limits *lim,
                         snprintf(err, errlen, "unknown activation mode %u", e->lim.act);
                 goto out_free;
         }
-        r = m40_model_load(path, &e->m, err, errlen);
+        r = m40_model_load(g, &e->m, err, errlen);
         if (r)
                 goto out_free;
         fill_limits(&e->lim, e->m);

@@ -245,12 +245,16 @@ void m40_engine_model(struct m40_engine *e, struct m40_engine_model *ret);
 /* m40_engine_free - cancel everything and free e; accepts NULL; returns NULL. */
 struct m40_engine *m40_engine_free(struct m40_engine *e);
 
-/* m40_cpu_engine_new - the CPU reference engine for the GGUF at path. lim may be NULL
+struct m40_gguf;
+
+/* m40_cpu_engine_new - the CPU reference engine for the parsed GGUF g (m40_gguf_open();
+ * borrowed: the caller frees it after the engine, which maps the file through g's open
+ * descriptor and never opens the path again). lim may be NULL
  * (all defaults) and any field 0 means its default; the default activation mode is
  * M40_ACT_GGML (ask for M40_ACT_F32 to get the specification of the CUDA kernels).
  * Returns 0 and the engine in *ret; -errno, M40_EFORMAT or M40_EUNSUPPORTED with a
  * message in err otherwise (-EINVAL for an unknown act). */
-int m40_cpu_engine_new(const char *path, const struct m40_engine_limits *lim,
+int m40_cpu_engine_new(struct m40_gguf *g, const struct m40_engine_limits *lim,
                        struct m40_engine **ret, char *err, size_t errlen);
 
 #endif

@@ -2,12 +2,10 @@
 #include "model.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <unistd.h>
 
 #include "m40/error.h"
 #include "model/ggml_type.h"
@@ -180,41 +178,42 @@ static int load_layer(struct m40_model *m, uint32_t i, char *err, size_t errlen)
         return e;
 }
 
-static int map_file(struct m40_model *m, const char *path, bool populate, char *err, size_t errlen)
+/* map_file - maps the file g was parsed from, through its open descriptor: the bytes
+ * validated are the bytes mapped, and the path is not opened again. */
+static int map_file(struct m40_model *m, bool populate, char *err, size_t errlen)
 {
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        int e;
+        const char *path = m40_gguf_path(m->gguf);
+        int fd = m40_gguf_fd(m->gguf);
 
-        if (fd < 0) {
-                e = -errno;
-                return fail(err, errlen, e, path, strerror(-e), NULL);
-        }
+        if (fd < 0)
+                return fail(err, errlen, -EBADF, path, "not read from a file", NULL);
         m->map_size = m40_gguf_file_size(m->gguf);
         m->map = mmap(NULL, m->map_size, PROT_READ, MAP_PRIVATE | (populate ? MAP_POPULATE : 0), fd,
                       0);
-        e = m->map == MAP_FAILED ? -errno : 0;
-        close(fd);
-        if (e) {
+        if (m->map == MAP_FAILED) {
+                int e = -errno;
+
                 m->map = NULL;
                 return fail(err, errlen, e, path, strerror(-e), NULL);
         }
         return 0;
 }
 
-static int load(const char *path, bool populate, struct m40_model **ret, char *err, size_t errlen)
+static int load(struct m40_gguf *g, bool populate, struct m40_model **ret, char *err, size_t errlen)
 {
-        struct m40_model *m = calloc(1, sizeof(*m));
+        struct m40_model *m;
         int e;
 
+        if (!g)
+                return -EINVAL;
+        m = calloc(1, sizeof(*m));
         if (!m)
                 return -ENOMEM;
-        e = m40_gguf_open(path, &m->gguf, err, errlen);
-        if (e)
-                goto out_free;
+        m->gguf = g;
         e = load_hparams(m, err, errlen);
         if (e)
                 goto out_free;
-        e = map_file(m, path, populate, err, errlen);
+        e = map_file(m, populate, err, errlen);
         if (e)
                 goto out_free;
         e = get_weight(m, "token_embd.weight", m->dim, m->n_vocab, &m->tok_embd, err, errlen);
@@ -247,14 +246,14 @@ out_free:
         return e;
 }
 
-int m40_model_load(const char *path, struct m40_model **ret, char *err, size_t errlen)
+int m40_model_load(struct m40_gguf *g, struct m40_model **ret, char *err, size_t errlen)
 {
-        return load(path, true, ret, err, errlen);
+        return load(g, true, ret, err, errlen);
 }
 
-int m40_model_open(const char *path, struct m40_model **ret, char *err, size_t errlen)
+int m40_model_open(struct m40_gguf *g, struct m40_model **ret, char *err, size_t errlen)
 {
-        return load(path, false, ret, err, errlen);
+        return load(g, false, ret, err, errlen);
 }
 
 struct m40_model *m40_model_free(struct m40_model *m)
@@ -277,7 +276,6 @@ struct m40_model *m40_model_free(struct m40_model *m)
         free(m->rope_freqs);
         if (m->map)
                 munmap(m->map, m->map_size);
-        m40_gguf_free(m->gguf);
         free(m);
         return NULL;
 }

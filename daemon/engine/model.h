@@ -1,9 +1,12 @@
 /* model.h - a llama/qwen2 model's weights, mapped from its GGUF file for the CPU engine.
  *
- * Owns the memory map of the file, the hyperparameters read from metadata, views of every
- * weight matrix (struct m40_weight, borrowed from the map) and float copies of the small
- * vectors (norms, biases, rope frequency factors). Rejects architectures other than
- * llama and qwen2, missing tensors and tensors of the wrong shape with a message. */
+ * Borrows the parsed file (struct m40_gguf, which must outlive the model) and maps it
+ * through the descriptor the parse kept open (m40_gguf_fd()): the file is opened and
+ * parsed once, by whoever made the struct m40_gguf. Owns the memory map of the file, the
+ * hyperparameters read from metadata, views of every weight matrix (struct m40_weight, borrowed
+ * from the map) and float copies of the small vectors (norms, biases, rope frequency factors).
+ * Rejects architectures other than llama and qwen2, missing tensors and tensors of the wrong shape
+ * with a message. */
 #ifndef M40_ENGINE_MODEL_H
 #define M40_ENGINE_MODEL_H
 
@@ -32,7 +35,7 @@ struct m40_layer {
 };
 
 struct m40_model {
-        struct m40_gguf *gguf;
+        struct m40_gguf *gguf; /* borrowed: the caller's, outlives the model */
         void *map;
         size_t map_size;
         enum m40_arch arch;
@@ -49,17 +52,19 @@ struct m40_model {
         uint64_t weight_bytes;
 };
 
-/* m40_model_load - map and check the GGUF at path. Returns 0 and the model in *ret
- * (free with m40_model_free()); -errno, M40_EFORMAT or M40_EUNSUPPORTED with a message in
- * err otherwise. */
-int m40_model_load(const char *path, struct m40_model **ret, char *err, size_t errlen);
+/* m40_model_load - check the parsed GGUF g (from m40_gguf_open(); borrowed, kept alive by
+ * the caller until m40_model_free()) and map its file, read in up front. Returns 0 and the
+ * model in *ret (free with m40_model_free()); -errno (-EBADF for a g from
+ * m40_gguf_open_mem()), M40_EFORMAT or M40_EUNSUPPORTED with a message in err otherwise. */
+int m40_model_load(struct m40_gguf *g, struct m40_model **ret, char *err, size_t errlen);
 
 /* m40_model_open - as m40_model_load(), but the mapping is not read in up front: for an
  * engine that uploads the weights with its own reader (the CUDA engine's loader) and
  * touches only the small tensors through the map, so a cold file is read once. */
-int m40_model_open(const char *path, struct m40_model **ret, char *err, size_t errlen);
+int m40_model_open(struct m40_gguf *g, struct m40_model **ret, char *err, size_t errlen);
 
-/* m40_model_free - unmap and free; accepts NULL; returns NULL. */
+/* m40_model_free - unmap and free (not the borrowed struct m40_gguf); accepts NULL;
+ * returns NULL. */
 struct m40_model *m40_model_free(struct m40_model *m);
 
 /* m40_model_embed - the embedding row of token (< n_vocab) as floats into out (dim). */

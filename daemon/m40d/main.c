@@ -131,7 +131,7 @@ static int new_engine(struct daemon *d, const struct m40_engine_limits *lim,
                 else if (n == 0)
                         r = M40_ENODEVICE;
                 else
-                        r = m40_cuda_engine_new(d->cfg.model, lim, 0, &d->e, err, sizeof(err));
+                        r = m40_cuda_engine_new(d->g, lim, 0, &d->e, err, sizeof(err));
                 if (r == M40_ENODEVICE && !err[0])
                         snprintf(err, sizeof(err), "no CUDA GPU found");
                 if (r == 0) {
@@ -150,7 +150,7 @@ static int new_engine(struct daemon *d, const struct m40_engine_limits *lim,
                 m40d_log(LOG_NOTICE, "backend auto: this m40d was built without CUDA; using "
                                      "the CPU engine");
 #endif
-        r = m40_cpu_engine_new(d->cfg.model, lim, &d->e, err, sizeof(err));
+        r = m40_cpu_engine_new(d->g, lim, &d->e, err, sizeof(err));
         if (r)
                 return m40d_log_errno(r, "%s: cannot load the model: %s", d->cfg.model, err);
         if (d->cfg.vram_limit_mb)

@@ -26,6 +26,7 @@
 
 struct m40_gguf {
         char *path;
+        int fd; /* the file parsed (m40_gguf_open), kept open until m40_gguf_free; or -1 */
         uint32_t version;
         uint64_t file_size;
         uint32_t alignment;
@@ -487,6 +488,7 @@ static int open_common(struct m40_gguf_reader *r, struct m40_gguf **ret)
 
         if (!g)
                 return m40_gguf_fail(r, -ENOMEM, 0, "out of memory");
+        g->fd = -1;
         g->path = strdup(r->name);
         if (!g->path) {
                 free(g);
@@ -499,6 +501,7 @@ static int open_common(struct m40_gguf_reader *r, struct m40_gguf **ret)
                 m40_gguf_free(g);
                 return e;
         }
+        g->fd = r->fd; /* from here on g owns it */
         *ret = g;
         return 0;
 }
@@ -524,7 +527,8 @@ int m40_gguf_open(const char *path, struct m40_gguf **ret, char *err, size_t err
         r.fd = fd;
         r.size = (uint64_t)st.st_size;
         e = open_common(&r, ret);
-        close(fd);
+        if (e)
+                close(fd);
         return e;
 }
 
@@ -550,6 +554,8 @@ struct m40_gguf *m40_gguf_free(struct m40_gguf *g)
                 free(g->allocs[i]);
         free(g->allocs);
         free(g->path);
+        if (g->fd >= 0)
+                close(g->fd);
         free(g);
         return NULL;
 }
@@ -577,6 +583,11 @@ uint64_t m40_gguf_data_offset(const struct m40_gguf *g)
 const char *m40_gguf_path(const struct m40_gguf *g)
 {
         return g->path;
+}
+
+int m40_gguf_fd(const struct m40_gguf *g)
+{
+        return g->fd;
 }
 
 uint64_t m40_gguf_kv_count(const struct m40_gguf *g)

@@ -84,7 +84,10 @@ struct m40_gguf_tensor {
 struct m40_gguf;
 
 /* m40_gguf_open - read and validate the GGUF file at path.
- * On success returns 0 and stores a new reader in *ret (free with m40_gguf_free()).
+ * On success returns 0 and stores a new reader in *ret (free with m40_gguf_free()); the
+ * file stays open (m40_gguf_fd()) until then, so that whoever reads its tensor data later
+ * (the engines' mapping, the CUDA loader) reads the file that was validated, without
+ * opening the path again.
  * On failure returns -errno (file could not be opened or read), M40_EFORMAT (malformed)
  * or M40_EUNSUPPORTED (valid but unsupported: version, tensor type), writes a message
  * naming path, byte offset and the problem into err (if err is not NULL), and leaves
@@ -92,7 +95,8 @@ struct m40_gguf;
 int m40_gguf_open(const char *path, struct m40_gguf **ret, char *err, size_t errlen);
 
 /* m40_gguf_open_mem - as m40_gguf_open(), over size bytes at data, which the caller keeps
- * alive only for the duration of the call; name is used in messages. */
+ * alive only for the duration of the call; name is used in messages. Such a reader has no
+ * file (m40_gguf_fd() is -1): engines cannot load from it. */
 int m40_gguf_open_mem(const void *data, size_t size, const char *name, struct m40_gguf **ret,
                       char *err, size_t errlen);
 
@@ -104,6 +108,10 @@ uint64_t m40_gguf_file_size(const struct m40_gguf *g);
 uint32_t m40_gguf_alignment(const struct m40_gguf *g);
 uint64_t m40_gguf_data_offset(const struct m40_gguf *g); /* start of the aligned data section */
 const char *m40_gguf_path(const struct m40_gguf *g);
+/* m40_gguf_fd - the read-only descriptor (O_CLOEXEC) of the file m40_gguf_open() parsed,
+ * owned by g (do not close it; read it with pread or mmap, which leave its offset alone);
+ * -1 for m40_gguf_open_mem(). */
+int m40_gguf_fd(const struct m40_gguf *g);
 
 /* Metadata, in file order. */
 uint64_t m40_gguf_kv_count(const struct m40_gguf *g);

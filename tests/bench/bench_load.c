@@ -142,8 +142,8 @@ static int read_rate(const char *path, uint64_t off, uint64_t len, bool direct, 
 /* The loader alone: an arena of the plan's size, the engine's staging (2 x 8 MiB), the
  * loader's defaults (O_DIRECT tried); with buffered also a second load into a fresh arena
  * with O_DIRECT off (through the page cache). */
-static int loader_alone(const struct bench_model_opts *o, struct bench_load *l, bool buffered,
-                        char *err, size_t errlen)
+static int loader_alone(const struct bench_model_opts *o, const struct bench_model *b,
+                        struct bench_load *l, bool buffered, char *err, size_t errlen)
 {
         struct m40_cuda_alloc_config cfg = {.staging_bytes = 8u << 20, .staging_count = 2};
         const struct m40_cuda_load_opts nodirect = {.no_direct = true};
@@ -151,11 +151,10 @@ static int loader_alone(const struct bench_model_opts *o, struct bench_load *l, 
         struct m40_cuda_alloc *a = NULL;
         struct m40_cuda_load_stats st = {0};
         struct m40_cuda_weights w;
-        struct m40_gguf *g = NULL;
+        const struct m40_gguf *g = b->g;
         int r;
 
-        r = m40_gguf_open(o->path, &g, err, errlen);
-        r = r ? r : m40_cuda_device_open(o->device, &dev, err, errlen);
+        r = m40_cuda_device_open(o->device, &dev, err, errlen);
         r = r ? r : m40_cuda_load_plan(g, &cfg.weight_bytes);
         r = r ? r : m40_cuda_alloc_new(dev, &cfg, &a, err, errlen);
         r = r ? r : m40_cuda_load_gguf(a, g, NULL, &w, &st, err, errlen);
@@ -176,7 +175,6 @@ static int loader_alone(const struct bench_model_opts *o, struct bench_load *l, 
         }
         m40_cuda_alloc_free(a);
         m40_cuda_device_free(dev);
-        m40_gguf_free(g);
         return r;
 }
 
@@ -218,7 +216,7 @@ static int load_test(const struct bench_model_opts *o, struct bench_model *b, bo
                 return r;
         }
         bench_note(o, "load, %s: the loader alone", cold ? "cold" : "warm");
-        r = loader_alone(o, l, !cold, err, errlen);
+        r = loader_alone(o, b, l, !cold, err, errlen);
         if (r)
                 return r;
         r = cold ? evict(o->path) : 0;

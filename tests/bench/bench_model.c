@@ -101,13 +101,9 @@ static int shape_figures(const struct bench_model_opts *o, struct bench_model *b
 {
         const struct m40_gguf_tensor *embd, *out, *q;
         const char *name = NULL;
-        struct m40_gguf *g = NULL;
+        struct m40_gguf *g = b->g;
         char key[128];
-        int r;
 
-        r = m40_gguf_open(o->path, &g, err, errlen);
-        if (r)
-                return r;
         m40_gguf_get_str(g, "general.name", "", &name);
         snprintf(b->name, sizeof(b->name), "%s", name ? name : "");
         m40_gguf_get_u32(g, "general.file_type", 0, &b->file_type);
@@ -123,7 +119,6 @@ static int shape_figures(const struct bench_model_opts *o, struct bench_model *b
                               "%s: not a llama-style model (no token_embd, blk.0.attn_q/k "
                               "or block_count)",
                               o->path);
-                m40_gguf_free(g);
                 return M40_EFORMAT;
         }
         b->tied = !out;
@@ -146,7 +141,6 @@ static int shape_figures(const struct bench_model_opts *o, struct bench_model *b
         }
         b->bytes_per_token += out->size + embd->size / embd->ne[1];
         b->matrix_params = b->layer_params + out->ne[0] * out->ne[1];
-        m40_gguf_free(g);
         return 0;
 }
 
@@ -206,7 +200,7 @@ int bench_engine_new(const struct bench_model_opts *o, const struct bench_model 
 {
         const struct m40_engine_limits lim = limits(o, b);
         double t0 = bench_now();
-        int r = m40_cuda_engine_new(o->path, &lim, o->device, ret, err, errlen);
+        int r = m40_cuda_engine_new(b->g, &lim, o->device, ret, err, errlen);
 
         *ret_s = bench_now() - t0;
         return r;
@@ -397,15 +391,14 @@ static int sgemm_run(const struct bench_model_opts *o, struct bench_model *b, ch
         cublasHandle_t h = NULL;
         cudaStream_t s = NULL;
         cudaEvent_t e0 = NULL, e1 = NULL;
-        struct m40_gguf *g = NULL;
+        const struct m40_gguf *g = b->g;
         const float one = 1.0f, zero = 0.0f;
         cudaError_t ce = cudaSuccess;
         cublasStatus_t cs = CUBLAS_STATUS_SUCCESS;
         const int T = (int)o->prefill;
         float ms = 0;
-        int r, reps = 1;
+        int r = 0, reps = 1;
 
-        r = m40_gguf_open(o->path, &g, err, errlen);
         for (size_t i = 0; i < N_MATS && !r; i++) {
                 char nm[64];
                 const struct m40_gguf_tensor *t;
@@ -423,7 +416,6 @@ static int sgemm_run(const struct bench_model_opts *o, struct bench_model *b, ch
                 max_out = n_out[i] > max_out ? n_out[i] : max_out;
                 flops += 2 * n_in[i] * n_out[i] * (uint64_t)T;
         }
-        m40_gguf_free(g);
         if (r)
                 return r;
         ce = cudaSetDevice(o->device);
@@ -511,7 +503,8 @@ static int run(const struct bench_model_opts *o, struct bench_model *b, char *er
 
         snprintf(b->path, sizeof(b->path), "%s", o->path);
         b->copy_gbs = o->copy_gbs;
-        r = shape_figures(o, b, err, errlen);
+        r = m40_gguf_open(o->path, &b->g, err, errlen);
+        r = r ? r : shape_figures(o, b, err, errlen);
         r = r ? r : gpu_peak(o->device, b, err, errlen);
         if (r)
                 return r;
@@ -560,6 +553,7 @@ int bench_model_run(const struct bench_model_opts *o, struct bench_model *b, cha
         if (errlen)
                 err[0] = '\0';
         r = run(o, b, err, errlen);
+        b->g = m40_gguf_free(b->g);
         if (r)
                 snprintf(b->error, sizeof(b->error), "%s", err && err[0] ? err : m40_strerror(r));
         return r;

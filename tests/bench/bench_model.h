@@ -84,6 +84,9 @@ struct bench_prefill {
 
 struct bench_model {
         char path[512];
+        /* the model file, opened and parsed once by bench_model_run() for every test (as
+         * m40d does); NULL again when it returns */
+        struct m40_gguf *g;
         char name[160];     /* general.name */
         char wtype[16];     /* ggml type of blk.0.attn_q.weight */
         uint32_t file_type; /* general.file_type */

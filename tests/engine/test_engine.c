@@ -14,6 +14,7 @@
 #include "engine/sampler.h"
 #include "m40/error.h"
 #include "tests/check.h"
+#include "tests/model_file.h"
 
 static const char *model;
 
@@ -30,7 +31,8 @@ static struct m40_engine *engine(uint32_t max_seqs, uint64_t kv_bytes)
         struct m40_engine *e = NULL;
         char err[512];
 
-        if (m40_cpu_engine_new(model, &lim, &e, err, sizeof(err))) {
+        if (m40_cpu_engine_new(test_model_file(model, err, sizeof(err)), &lim, &e, err,
+                               sizeof(err))) {
                 fprintf(stderr, "%s\n", err);
                 exit(1);
         }
@@ -322,7 +324,8 @@ static void test_act_modes(void)
                 char err[256];
 
                 p.keep_logits = true;
-                r = m40_cpu_engine_new(model, &lim, &e, err, sizeof(err));
+                r = m40_cpu_engine_new(test_model_file(model, err, sizeof(err)), &lim, &e, err,
+                                       sizeof(err));
                 CHECK(r == 0, "engine in mode %u: %s", act, err);
                 if (r)
                         continue;
@@ -340,7 +343,8 @@ static void test_act_modes(void)
                 struct m40_engine *e = NULL;
                 char err[256] = "";
 
-                r = m40_cpu_engine_new(model, &lim, &e, err, sizeof(err));
+                r = m40_cpu_engine_new(test_model_file(model, err, sizeof(err)), &lim, &e, err,
+                                       sizeof(err));
                 CHECK(r == -EINVAL && e == NULL && err[0], "unknown activation mode: %d", r);
         }
         printf("activation modes f32 and ggml run; an unknown one is refused\n");

@@ -13,6 +13,7 @@
 #include "engine/seqs.h"
 #include "m40/error.h"
 #include "tests/check.h"
+#include "tests/model_file.h"
 
 #define N_VOCAB 100
 
@@ -90,7 +91,8 @@ static int run(const char *path, const int32_t *eog, uint32_t n_eog, bool ignore
         if (n_eog)
                 memcpy(lim.eog, eog, n_eog * sizeof(*eog));
         lim.n_eog = n_eog;
-        if (m40_cpu_engine_new(path, &lim, &e, err, sizeof(err))) {
+        if (m40_cpu_engine_new(test_model_file(path, err, sizeof(err)), &lim, &e, err,
+                               sizeof(err))) {
                 fprintf(stderr, "%s\n", err);
                 return -1;
         }
@@ -134,8 +136,9 @@ static void test_engine(const char *path)
         CHECK(n == 8 && finish == M40_FINISH_LENGTH && !memcmp(toks, ref, sizeof(ref)),
               "ignore_eos: %d tokens, finish %u (want 8, length)", n, finish);
         memcpy(lim.eog, bad, sizeof(bad));
-        CHECK(m40_cpu_engine_new(path, &lim, &e, err, sizeof(err)) == -EINVAL && !e &&
-                      strstr(err, "end-of-generation"),
+        CHECK(m40_cpu_engine_new(test_model_file(path, err, sizeof(err)), &lim, &e, err,
+                                 sizeof(err)) == -EINVAL &&
+                      !e && strstr(err, "end-of-generation"),
               "an id past n_vocab: engine made (%s)", err);
         m40_engine_free(e);
 }

@@ -14,6 +14,7 @@
 
 #include "engine/engine.h"
 #include "m40/error.h"
+#include "tests/model_file.h"
 
 #define N_SEQ 16
 #define N_GEN 24
@@ -37,7 +38,8 @@ static int make_engine(const char *path, uint32_t max_seqs, uint32_t batch, stru
                 .act = act,
         };
         char err[512];
-        int r = m40_cpu_engine_new(path, &lim, e, err, sizeof(err));
+        int r = m40_cpu_engine_new(test_model_file(path, err, sizeof(err)), &lim, e, err,
+                                   sizeof(err));
 
         if (r)
                 fprintf(stderr, "%s\n", err);

@@ -18,6 +18,7 @@
 #include "engine/engine.h"
 #include "m40/error.h"
 #include "tests/check.h"
+#include "tests/model_file.h"
 
 #define N_DEC     3   /* sequences decoding when the long prompt arrives */
 #define LONG      150 /* tokens of the long prompt */
@@ -47,7 +48,8 @@ static struct m40_engine *engine(const char *path, uint32_t chunk)
         struct m40_engine *e = NULL;
         char err[512];
 
-        if (m40_cpu_engine_new(path, &lim, &e, err, sizeof(err))) {
+        if (m40_cpu_engine_new(test_model_file(path, err, sizeof(err)), &lim, &e, err,
+                               sizeof(err))) {
                 fprintf(stderr, "%s\n", err);
                 return NULL;
         }

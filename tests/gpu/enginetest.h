@@ -6,6 +6,7 @@
 
 #include "cuda/cuda_engine.h"
 #include "gputest.h"
+#include "tests/model_file.h"
 
 /* engines_open - *ret_cpu and *ret_gpu on path with lim: 0, or -1 after fail() with the
  * engine's message (nothing left open). */
@@ -14,13 +15,15 @@ static inline int engines_open(const char *path, const struct m40_engine_limits 
 {
         struct m40_engine *cpu = NULL, *gpu = NULL;
         char err[512] = "";
-        int r = m40_cpu_engine_new(path, lim, &cpu, err, sizeof(err));
+        int r = m40_cpu_engine_new(test_model_file(path, err, sizeof(err)), lim, &cpu, err,
+                                   sizeof(err));
 
         if (r) {
                 fail("%s: cpu engine: %s", path, err);
                 return -1;
         }
-        r = m40_cuda_engine_new(path, lim, 0, &gpu, err, sizeof(err));
+        r = m40_cuda_engine_new(test_model_file(path, err, sizeof(err)), lim, 0, &gpu, err,
+                                sizeof(err));
         if (r) {
                 fail("%s: cuda engine: %d %s", path, r, err);
                 m40_engine_free(cpu);

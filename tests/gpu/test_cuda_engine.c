@@ -229,7 +229,8 @@ static int kv_pages(const char *path, const struct m40_engine_limits *lim,
 {
         struct m40_engine *e = NULL;
         char err[512] = "";
-        int r = m40_cuda_engine_new(path, lim, 0, &e, err, sizeof(err));
+        int r = m40_cuda_engine_new(test_model_file(path, err, sizeof(err)), lim, 0, &e, err,
+                                    sizeof(err));
 
         if (r == 0)
                 m40_engine_stats(e, ret);
@@ -634,7 +635,8 @@ static void sampled(const char *path, uint32_t n_sets, uint32_t n_gen)
         char err[512] = "";
         int r;
 
-        r = m40_cuda_engine_new(path, &lim, 0, &e, err, sizeof(err));
+        r = m40_cuda_engine_new(test_model_file(path, err, sizeof(err)), &lim, 0, &e, err,
+                                sizeof(err));
         if (r) {
                 fail("%s: cuda engine: %d %s", path, r, err);
                 return;

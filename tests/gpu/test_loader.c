@@ -211,18 +211,23 @@ static void check_errors(struct m40_cuda_device *d, const struct m40_gguf *g, co
                 fail("weights pool");
                 goto out;
         }
-        r = m40_cuda_load_range(a, "/nonexistent/m40.gguf", 0, 4096, dst, NULL, NULL, err,
-                                sizeof(err));
-        CHECK(r == -ENOENT && strstr(err, "/nonexistent/m40.gguf"), "missing file: %d: %s", r, err);
+        r = m40_cuda_load_range(a, -1, "closed", 0, 4096, dst, NULL, NULL, err, sizeof(err));
+        CHECK(r == -EINVAL, "no descriptor: %d: %s", r, err);
+        fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        if (fd >= 0) {
+                close(fd); /* a number that names no open file now */
+                r = m40_cuda_load_range(a, fd, "stale", 0, 4096, dst, NULL, NULL, err, sizeof(err));
+                CHECK(r == -EBADF && strstr(err, "stale"), "closed descriptor: %d: %s", r, err);
+        }
 
         /* A file cut short: the header promises more tensor data than there is. */
         snprintf(path, sizeof(path), "%s/test_loader_short.gguf", dir);
         b = file_bytes(m40_gguf_path(g), 0, m40_gguf_data_offset(g) + 100);
-        fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
         if (!b || fd < 0 || write(fd, b, m40_gguf_data_offset(g) + 100) < 0) {
                 fail("cannot write %s", path);
         } else {
-                r = m40_cuda_load_range(a, path, m40_gguf_data_offset(g), 5000, dst, NULL, NULL,
+                r = m40_cuda_load_range(a, fd, path, m40_gguf_data_offset(g), 5000, dst, NULL, NULL,
                                         err, sizeof(err));
                 printf("short file: %d: %s\n", r, err);
                 CHECK(r == M40_EFORMAT, "short file: %d, expected M40_EFORMAT", r);
@@ -252,11 +257,12 @@ static void check_range(struct m40_cuda_device *d, const char *path, uint64_t si
         const uint64_t off = 1234, n = size > 300000 ? 250001 : size / 2;
         struct m40_cuda_alloc *a = make_alloc(d, n, 3 * 4096, 4);
         uint8_t *want = file_bytes(path, off, n), *got = malloc(n);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
         char err[512] = "";
         void *dst = NULL;
         int r;
 
-        if (!a || !want || !got || m40_cuda_alloc_weights(a, n, &dst) < 0) {
+        if (!a || !want || !got || fd < 0 || m40_cuda_alloc_weights(a, n, &dst) < 0) {
                 fail("check_range setup");
                 goto out;
         }
@@ -267,7 +273,7 @@ static void check_range(struct m40_cuda_device *d, const char *path, uint64_t si
                 CHECK(cudaMemset(dst, 0, n) == cudaSuccess &&
                               cudaDeviceSynchronize() == cudaSuccess,
                       "memset");
-                r = m40_cuda_load_range(a, path, off, n, dst, &o, NULL, err, sizeof(err));
+                r = m40_cuda_load_range(a, fd, path, off, n, dst, &o, NULL, err, sizeof(err));
                 if (r < 0 && io == M40_CUDA_LOAD_URING)
                         continue; /* refused here: load_case reports it */
                 CHECK(r == 0, "range %s: %d: %s", m40_cuda_load_io_name(io), r, err);
@@ -277,6 +283,8 @@ static void check_range(struct m40_cuda_device *d, const char *path, uint64_t si
                       m40_cuda_load_io_name(io));
         }
 out:
+        if (fd >= 0)
+                close(fd);
         free(want);
         free(got);
         m40_cuda_alloc_free(a);

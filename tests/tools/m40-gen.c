@@ -152,19 +152,15 @@ static int write_logits(struct m40_engine *e, uint32_t id, uint32_t n_vocab, FIL
         return rc;
 }
 
-/* load_vocab - the tokenizer of the GGUF at path in *ret; prints why on failure when
+/* load_vocab - the tokenizer of the parsed GGUF g in *ret; prints why on failure when
  * verbose. */
-static int load_vocab(const char *path, struct m40_vocab **ret, bool verbose)
+static int load_vocab(const struct m40_gguf *g, struct m40_vocab **ret, bool verbose)
 {
         char err[M40_GGUF_ERRLEN] = "";
-        struct m40_gguf *g = NULL;
-        int r = m40_gguf_open(path, &g, err, sizeof(err));
+        int r = m40_vocab_new(g, ret, err, sizeof(err));
 
-        if (!r)
-                r = m40_vocab_new(g, ret, err, sizeof(err));
         if (r && verbose)
                 fprintf(stderr, "m40-gen: %s\n", err[0] ? err : m40_strerror(r));
-        m40_gguf_free(g);
         return r;
 }
 
@@ -262,6 +258,7 @@ int main(int argc, char **argv)
         const char *model = NULL, *text = NULL, *tokens = NULL, *logits_out = NULL;
         const char *backend = "cpu";
         struct m40_vocab *vocab = NULL;
+        struct m40_gguf *g = NULL;
         bool print = false, stats = false;
         long n_predict = 16;
         char err[512] = "";
@@ -367,19 +364,24 @@ int main(int argc, char **argv)
                 return 2;
         }
 #endif
-        if (text) {
-                r = load_vocab(model, &vocab, true);
-                if (r)
-                        return 1;
-                r = tokenize_prompt(vocab, text, prompt, start, &n_prompts);
-                if (r)
-                        goto out;
-        } else if (parse_tokens(tokens, prompt, start, &n_prompts)) {
+        if (!text && parse_tokens(tokens, prompt, start, &n_prompts)) {
                 fprintf(stderr, "m40-gen: --tokens wants comma-separated token ids, prompts "
                                 "separated by ';'\n");
                 return 2;
         }
-        if (vocab || !load_vocab(model, &vocab, false)) {
+        /* the file is opened and parsed once, for the tokenizer and the engine */
+        r = m40_gguf_open(model, &g, err, sizeof(err));
+        if (r) {
+                fprintf(stderr, "m40-gen: %s\n", err);
+                return 1;
+        }
+        if (text) {
+                r = load_vocab(g, &vocab, true);
+                r = r ? r : tokenize_prompt(vocab, text, prompt, start, &n_prompts);
+                if (r)
+                        goto out;
+        }
+        if (vocab || !load_vocab(g, &vocab, false)) {
                 size_t n_eog;
                 const int32_t *eog = m40_vocab_eog(vocab, &n_eog);
 
@@ -396,13 +398,13 @@ int main(int argc, char **argv)
         if (!strcmp(backend, "cuda")) {
                 if (!lim.act)
                         lim.act = M40_ACT_F32; /* the CUDA engine computes the f32 spec */
-                r = m40_cuda_engine_new(model, &lim, 0, &e, err, sizeof(err));
+                r = m40_cuda_engine_new(g, &lim, 0, &e, err, sizeof(err));
         } else
 #endif
-                r = m40_cpu_engine_new(model, &lim, &e, err, sizeof(err));
+                r = m40_cpu_engine_new(g, &lim, &e, err, sizeof(err));
         if (r) {
                 fprintf(stderr, "m40-gen: %s\n", err[0] ? err : m40_strerror(r));
-                return 1;
+                goto out;
         }
         m40_engine_model(e, &info);
         ru.gen = malloc((size_t)n_predict * sizeof(*ru.gen));
@@ -450,5 +452,6 @@ out:
         free(ru.gen);
         m40_engine_free(e);
         m40_vocab_free(vocab);
+        m40_gguf_free(g);
         return rc;
 }
