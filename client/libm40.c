@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "m40/m40.h"
+#include "m40/paths.h"
 #include "m40/proto.h"
 
 struct m40_client {
@@ -320,15 +321,18 @@ int m40_client_connect_timeout(const char *path, int timeout_ms, struct m40_clie
         struct m40_client *c;
         int r;
 
-        if (!path)
-                path = getenv("M40_SOCKET");
-        if (!path || !*path)
-                path = M40_DEFAULT_SOCKET;
+        if (!path || !*path) {
+                r = m40_client_socket(sa.sun_path, sizeof(sa.sun_path));
+                if (r)
+                        return r;
+                path = sa.sun_path;
+        }
         if (strlen(path) >= sizeof(sa.sun_path))
                 return -ENAMETOOLONG;
         if (!timeout_ms)
                 return -EINVAL;
-        strcpy(sa.sun_path, path);
+        if (path != sa.sun_path)
+                strcpy(sa.sun_path, path);
         c = calloc(1, sizeof(*c));
         if (!c)
                 return -ENOMEM;

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "m40/m40.h"
+#include "m40/paths.h"
 #include "m40ctl.h"
 
 int m40ctl_opt_num(const char *cmd, const char *name, const char *arg, double lo, double hi,
@@ -59,8 +60,10 @@ int m40ctl_opt_timeout(const char *cmd, const char *arg, int *ret_ms)
 
 void m40ctl_say_unreachable(const char *cmd, const char *sock, int timeout_ms, int err)
 {
-        if (!sock)
-                sock = getenv("M40_SOCKET");
+        char def[108];
+
+        if ((!sock || !*sock) && !m40_client_socket(def, sizeof(def)))
+                sock = def;
         if (!sock || !*sock)
                 sock = M40_DEFAULT_SOCKET;
         if (err == -ETIMEDOUT)
@@ -98,7 +101,8 @@ static void usage(FILE *f)
               "  help                      Show this text.\n"
               "\n"
               "Run 'm40ctl COMMAND --help' for a command's options. submit, run and status\n"
-              "talk to m40d at $M40_SOCKET or /run/m40d/m40d.sock (option --socket).\n"
+              "talk to m40d at --socket PATH, else $M40_SOCKET, else /run/m40d/m40d.sock,\n"
+              "else (when that does not exist) $XDG_RUNTIME_DIR/m40d/m40d.sock, a user's m40d.\n"
               "\n"
               "Exit status: 0 success, 1 failure, 2 bad command line, 3 daemon unreachable,\n"
               "4 request rejected by the daemon, 130 interrupted (Ctrl-C).\n",

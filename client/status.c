@@ -16,7 +16,7 @@ static void usage(FILE *f)
               "cache use (pages, tokens and MiB) and generation speed.\n"
               "\n"
               "  --json         Print one JSON object.\n"
-              "  --socket PATH  m40d's socket (default $M40_SOCKET or /run/m40d/m40d.sock).\n"
+              "  --socket PATH  m40d's socket (default: see m40ctl --help).\n"
               "  --timeout S    Give up when m40d does not answer within S seconds\n"
               "                 (default 30; 0: wait forever).\n"
               "\n"

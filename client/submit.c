@@ -195,7 +195,7 @@ static const char common_help[] =
         "      --stop STR        Stop when STR appears (up to 8, 64 bytes each).\n"
         "      --ignore-eos      Keep generating past the model's end of text.\n"
         "      --system TEXT     A system message (chat).\n"
-        "      --socket PATH     m40d's socket (default $M40_SOCKET or /run/m40d/m40d.sock).\n"
+        "      --socket PATH     m40d's socket (default: see m40ctl --help).\n"
         "      --timeout S       Give up when m40d stays silent S seconds and does not\n"
         "                        answer a status request either (default 30; 0: never).\n"
         "                        A long reply that keeps streaming never times out.\n"

@@ -251,7 +251,8 @@ int m40_cpu_engine_new(struct m40_gguf *g, const struct m40_engine_limits *lim,
                         snprintf(err, errlen, "unknown activation mode %u", e->lim.act);
                 goto out_free;
         }
-        r = m40_model_load(g, &e->m, err, errlen);
+        r = m40_model_load(g, &(struct m40_model_progress){e->lim.load_progress, e->lim.load_ctx},
+                           &e->m, err, errlen);
         if (r)
                 goto out_free;
         fill_limits(&e->lim, e->m);

@@ -144,10 +144,10 @@ struct m40_engine_limits {
          * creation with a message saying how much it needs and how much is available.
          * The CPU engine ignores it. */
         uint64_t vram_limit_mb;
-        /* Load progress of engines that read the weights in a pass of their own (the CUDA
-         * engine's upload; the CPU engine maps the file and calls neither): progress after
-         * every chunk and once at the end (done == total), notes about how the load runs
-         * (e.g. a fallback to pread). Called on the creating thread; both may be NULL. */
+        /* Load progress: the CUDA engine's upload, the CPU engine's read of its mapping:
+         * progress after every chunk and once at the end (done == total), notes about how
+         * the load runs (e.g. a fallback to pread; the CUDA engine only). Called on the
+         * creating thread; both may be NULL. */
         void (*load_progress)(void *ctx, uint64_t done, uint64_t total, double seconds);
         void (*load_note)(void *ctx, const char *msg);
         void *load_ctx;

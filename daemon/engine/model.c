@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "m40/error.h"
 #include "model/ggml_type.h"
@@ -178,9 +180,37 @@ static int load_layer(struct m40_model *m, uint32_t i, char *err, size_t errlen)
         return e;
 }
 
+/* read_in - reads the mapping in, in chunks, calling progress after each (the CPU engine's
+ * load progress; MAP_POPULATE would read it all in one silent call). */
+static void read_in(struct m40_model *m, const struct m40_model_progress *pr)
+{
+        const size_t chunk = 64u << 20;
+        const long pg = sysconf(_SC_PAGESIZE);
+        struct timespec t0, t;
+
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        for (size_t off = 0; off < m->map_size;) {
+                size_t n = m->map_size - off < chunk ? m->map_size - off : chunk;
+                uint8_t *p = (uint8_t *)m->map + off;
+                bool done = false;
+
+#ifdef MADV_POPULATE_READ
+                done = madvise(p, n, MADV_POPULATE_READ) == 0;
+#endif
+                for (size_t i = 0; !done && i < n; i += (size_t)(pg > 0 ? pg : 4096))
+                        (void)*(volatile const uint8_t *)(p + i);
+                off += n;
+                clock_gettime(CLOCK_MONOTONIC, &t);
+                if (pr && pr->fn)
+                        pr->fn(pr->ctx, off, m->map_size,
+                               (double)(t.tv_sec - t0.tv_sec) + (t.tv_nsec - t0.tv_nsec) / 1e9);
+        }
+}
+
 /* map_file - maps the file g was parsed from, through its open descriptor: the bytes
  * validated are the bytes mapped, and the path is not opened again. */
-static int map_file(struct m40_model *m, bool populate, char *err, size_t errlen)
+static int map_file(struct m40_model *m, bool populate, const struct m40_model_progress *pr,
+                    char *err, size_t errlen)
 {
         const char *path = m40_gguf_path(m->gguf);
         int fd = m40_gguf_fd(m->gguf);
@@ -188,18 +218,20 @@ static int map_file(struct m40_model *m, bool populate, char *err, size_t errlen
         if (fd < 0)
                 return fail(err, errlen, -EBADF, path, "not read from a file", NULL);
         m->map_size = m40_gguf_file_size(m->gguf);
-        m->map = mmap(NULL, m->map_size, PROT_READ, MAP_PRIVATE | (populate ? MAP_POPULATE : 0), fd,
-                      0);
+        m->map = mmap(NULL, m->map_size, PROT_READ, MAP_PRIVATE, fd, 0);
         if (m->map == MAP_FAILED) {
                 int e = -errno;
 
                 m->map = NULL;
                 return fail(err, errlen, e, path, strerror(-e), NULL);
         }
+        if (populate)
+                read_in(m, pr);
         return 0;
 }
 
-static int load(struct m40_gguf *g, bool populate, struct m40_model **ret, char *err, size_t errlen)
+static int load(struct m40_gguf *g, bool populate, const struct m40_model_progress *pr,
+                struct m40_model **ret, char *err, size_t errlen)
 {
         struct m40_model *m;
         int e;
@@ -213,7 +245,7 @@ static int load(struct m40_gguf *g, bool populate, struct m40_model **ret, char 
         e = load_hparams(m, err, errlen);
         if (e)
                 goto out_free;
-        e = map_file(m, populate, err, errlen);
+        e = map_file(m, populate, pr, err, errlen);
         if (e)
                 goto out_free;
         e = get_weight(m, "token_embd.weight", m->dim, m->n_vocab, &m->tok_embd, err, errlen);
@@ -246,14 +278,15 @@ out_free:
         return e;
 }
 
-int m40_model_load(struct m40_gguf *g, struct m40_model **ret, char *err, size_t errlen)
+int m40_model_load(struct m40_gguf *g, const struct m40_model_progress *pr, struct m40_model **ret,
+                   char *err, size_t errlen)
 {
-        return load(g, true, ret, err, errlen);
+        return load(g, true, pr, ret, err, errlen);
 }
 
 int m40_model_open(struct m40_gguf *g, struct m40_model **ret, char *err, size_t errlen)
 {
-        return load(g, false, ret, err, errlen);
+        return load(g, false, NULL, ret, err, errlen);
 }
 
 struct m40_model *m40_model_free(struct m40_model *m)

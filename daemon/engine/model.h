@@ -52,11 +52,20 @@ struct m40_model {
         uint64_t weight_bytes;
 };
 
+/* Progress of reading the mapping in: fn(ctx, bytes done, bytes in all, seconds) after
+ * every chunk, the last call with done == total. */
+struct m40_model_progress {
+        void (*fn)(void *ctx, uint64_t done, uint64_t total, double seconds);
+        void *ctx;
+};
+
 /* m40_model_load - check the parsed GGUF g (from m40_gguf_open(); borrowed, kept alive by
  * the caller until m40_model_free()) and map its file, read in up front. Returns 0 and the
  * model in *ret (free with m40_model_free()); -errno (-EBADF for a g from
- * m40_gguf_open_mem()), M40_EFORMAT or M40_EUNSUPPORTED with a message in err otherwise. */
-int m40_model_load(struct m40_gguf *g, struct m40_model **ret, char *err, size_t errlen);
+ * m40_gguf_open_mem()), M40_EFORMAT or M40_EUNSUPPORTED with a message in err otherwise.
+ * pr (may be NULL) hears how the read-in goes. */
+int m40_model_load(struct m40_gguf *g, const struct m40_model_progress *pr, struct m40_model **ret,
+                   char *err, size_t errlen);
 
 /* m40_model_open - as m40_model_load(), but the mapping is not read in up front: for an
  * engine that uploads the weights with its own reader (the CUDA engine's loader) and

@@ -182,10 +182,13 @@ static int server_key(struct parse *p, const char *key, const char *v)
         if (!strcmp(key, "socket")) {
                 if (v[0] != '/')
                         return bad(p, s, key, "expected an absolute path");
+                c->socket_set = true;
                 return get_str(p, s, key, v, c->socket, sizeof(c->socket));
         }
-        if (!strcmp(key, "group"))
+        if (!strcmp(key, "group")) {
+                c->group_set = true;
                 return get_str(p, s, key, v, c->group, sizeof(c->group));
+        }
         if (!strcmp(key, "max_clients"))
                 return get_u32(p, s, key, v, 1, 4096, &c->max_clients);
         if (!strcmp(key, "max_requests_per_client"))

@@ -3,6 +3,7 @@
 #ifndef M40D_CONFIG_H
 #define M40D_CONFIG_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -29,6 +30,8 @@ struct m40d_config {
         /* [server] */
         char socket[108];
         char group[64]; /* "" : only root and the daemon's user */
+        /* whether the ini set socket / group (else m40d picks: m40/paths.h, main.c) */
+        bool socket_set, group_set;
         uint32_t max_clients;
         uint32_t max_requests_per_client;
         /* per-client caps and held sequences (m40d/sched.h) */

@@ -8,10 +8,12 @@
 #include <signal.h>
 #include <stdio.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 #include <systemd/sd-daemon.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "engine/engine.h"
 #ifdef M40_HAVE_CUDA_ENGINE
@@ -20,6 +22,7 @@
 #endif
 #include "ipc/ipc.h"
 #include "m40/error.h"
+#include "m40/paths.h"
 #include "m40d/config.h"
 #include "m40d/log.h"
 #include "m40d/sched.h"
@@ -48,18 +51,52 @@ struct daemon {
 
 static void usage(FILE *f)
 {
-        fputs("Usage: m40d [-c FILE] [--check-config]\n"
+        fputs("Usage: m40d [-c FILE] [-m MODEL] [--check-config]\n"
+              "       m40d MODEL\n"
               "\n"
               "The m40-llm daemon: serves text generation from one GGUF model to local\n"
               "clients (m40ctl, programs linking libm40) over a Unix socket and shared memory.\n"
               "\n"
               "Options:\n"
-              "  -c, --config FILE   Read settings from FILE (default " DEFAULT_CONFIG ").\n"
+              "  -c, --config FILE   Read settings from FILE. Without -c, m40d reads\n"
+              "                      " DEFAULT_CONFIG ", unless a model is given (-m or\n"
+              "                      MODEL): then it starts on the built-in defaults (those\n"
+              "                      the shipped m40d.ini spells out) and reads no file.\n"
+              "  -m, --model MODEL   Serve MODEL, over the configuration's [model] path.\n"
+              "                      MODEL is a file (it has a '/' or ends in .gguf) or the\n"
+              "                      NAME of one in the model store: STORE/NAME.gguf, where\n"
+              "                      STORE is $M40_MODELS if set, else " M40_ROOT_STORE "\n"
+              "                      for root, else $XDG_DATA_HOME/m40/models\n"
+              "                      (~/.local/share/m40/models); m40ctl pull/list/rm\n"
+              "                      manage it.\n"
               "      --check-config  Validate the configuration and the model file, then exit.\n"
               "  -h, --help          Show this text.\n"
               "\n"
+              "Socket: [server] socket, or the one systemd passes (socket activation). When\n"
+              "neither names one, root listens on " M40_DEFAULT_SOCKET " and any other\n"
+              "user on $XDG_RUNTIME_DIR/m40d/m40d.sock (the directory made with mode 0700,\n"
+              "the socket for that user only), where m40ctl and libm40 look "
+              "when\n" M40_DEFAULT_SOCKET
+              " does not exist. m40d refuses to start when another m40d\n"
+              "listens on its socket (\"already running (pid N)\"). A [server] group that does\n"
+              "not exist is reported and left out (the socket is then for root and m40d's\n"
+              "user only); a user's m40d uses no group unless the configuration names one.\n"
+              "\n"
+              "Loading: on a terminal, stderr shows a line updated in place, e.g.\n"
+              "  loading MODEL: 1.2/4.5 GB (27%) 1.1 GB/s\n"
+              "and under systemd the same goes to STATUS= (systemctl status m40d).\n"
+              "\n"
+              "Signals: SIGTERM or SIGINT drain (running requests finish, up to [server]\n"
+              "shutdown_timeout seconds) and stop; a second one stops at once.\n"
+              "\n"
+              "Examples:\n"
+              "  m40d -m ~/models/SmolLM2-135M-Instruct.Q4_1.gguf\n"
+              "  m40d -m SmolLM2-135M-Instruct.Q4_1     (from the model store)\n"
+              "  m40d -c /etc/m40d/m40d.ini --check-config\n"
+              "\n"
               "Exit status: 0 after a clean shutdown (SIGTERM) or a valid configuration;\n"
-              "1 on a configuration, model or socket error; 2 bad command line.\n",
+              "1 on a configuration, model or socket error (another m40d running included);\n"
+              "2 bad command line.\n",
               f);
 }
 
@@ -89,11 +126,12 @@ static int check_config(struct daemon *d)
         if (c->group[0]) {
                 struct group *gr = getgrnam(c->group);
 
-                if (!gr) {
-                        m40d_log(LOG_ERR, "[server] group: no group named '%s'", c->group);
-                        return -ENOENT;
-                }
-                d->gid = gr->gr_gid;
+                d->gid = gr ? gr->gr_gid : (gid_t)-1;
+                if (!gr)
+                        m40d_log(LOG_WARNING,
+                                 "[server] group: no group named '%s' here: the socket is "
+                                 "for root and m40d's user only",
+                                 c->group);
         } else {
                 d->gid = (gid_t)-1;
         }
@@ -160,21 +198,43 @@ static int new_engine(struct daemon *d, const struct m40_engine_limits *lim,
         return 0;
 }
 
-/* The engine's weight upload: sd_notify STATUS= a few times a second (systemctl status
- * shows it), and one log line when it is done. */
+/* The engine's load (the CUDA engine's upload, the CPU engine's read of its mapping):
+ * sd_notify STATUS= a few times a second (systemctl status shows it), a line updated in
+ * place on stderr when it is a terminal, and one log line when it is done. */
 struct load_watch {
         const char *model;
-        double last; /* seconds of the last STATUS */
+        double last;     /* seconds of the last STATUS */
+        double last_tty; /* seconds of the last terminal line */
+        bool tty;        /* stderr is a terminal */
 };
+
+/* tty_progress - "loading NAME: 1.2/4.5 GB (27%) 1.1 GB/s" over the previous one (\r,
+ * erase to the end of the line), ending the line at the end of the load. */
+static void tty_progress(const struct load_watch *w, uint64_t done, uint64_t total, double seconds)
+{
+        const char *base = strrchr(w->model, '/') ? strrchr(w->model, '/') + 1 : w->model;
+        const bool gb = total >= 1000000000ull;
+        const double u = gb ? 1e9 : 1e6;
+        const char *unit = gb ? "GB" : "MB";
+
+        fprintf(stderr, "\rloading %s: %.1f/%.1f %s (%.0f%%) %.1f %s/s\033[K%s", base,
+                (double)done / u, (double)total / u, unit,
+                total ? 100.0 * (double)done / (double)total : 100.0,
+                seconds > 0.0 ? (double)done / seconds / u : 0.0, unit, done >= total ? "\n" : "");
+}
 
 static void on_load_progress(void *ctx, uint64_t done, uint64_t total, double seconds)
 {
         struct load_watch *w = ctx;
         const double mbs = seconds > 0.0 ? (double)done / seconds / 1e6 : 0.0;
 
+        if (w->tty && (done >= total || seconds - w->last_tty >= 0.1)) {
+                w->last_tty = seconds;
+                tty_progress(w, done, total, seconds);
+        }
         if (done >= total) {
-                m40d_log(LOG_INFO, "%s: %.1f MiB of weights on the GPU in %.2f s (%.0f MB/s)",
-                         w->model, (double)total / 1048576.0, seconds, mbs);
+                m40d_log(LOG_INFO, "%s: %.1f MiB of weights loaded in %.2f s (%.0f MB/s)", w->model,
+                         (double)total / 1048576.0, seconds, mbs);
                 return;
         }
         if (seconds - w->last < 0.25)
@@ -192,7 +252,7 @@ static void on_load_note(void *ctx, const char *msg)
 
 static int load_model(struct daemon *d)
 {
-        struct load_watch watch = {d->cfg.model, 0.0};
+        struct load_watch watch = {d->cfg.model, 0.0, 0.0, isatty(STDERR_FILENO) == 1};
         const char *backend = "cpu";
         struct m40_engine_limits lim = {0};
         struct m40_engine_model info;
@@ -425,26 +485,97 @@ static int serve(struct daemon *d)
         }
 }
 
+/* set_model - the model of -m or the operand: a file, or a store name resolved to
+ * STORE/NAME.gguf (m40/paths.h). Returns 0 or a negative code, logged. */
+static int set_model(struct m40d_config *c, const char *arg)
+{
+        char path[sizeof(c->model)];
+        int r;
+
+        if (!m40_store_is_name(arg)) {
+                if (strlen(arg) >= sizeof(c->model))
+                        return m40d_log_errno(-ENAMETOOLONG, "model path too long");
+                snprintf(c->model, sizeof(c->model), "%s", arg);
+                return 0;
+        }
+        r = m40_store_model(arg, path, sizeof(path));
+        if (r == -ENOENT)
+                return m40d_log_errno(r, "model %s: no model store (set $M40_MODELS or $HOME)",
+                                      arg);
+        if (r)
+                return m40d_log_errno(r, "model %s: the store path is too long", arg);
+        if (access(path, F_OK))
+                return m40d_log_errno(-errno,
+                                      "model %s: %s is not in the model store (m40ctl pull, or "
+                                      "give a path: ./%s.gguf)",
+                                      arg, path, arg);
+        snprintf(c->model, sizeof(c->model), "%s", path);
+        return 0;
+}
+
+/* pick_socket - with no socket from systemd: for root, /run/m40d made when the default
+ * socket is used and it is missing; for any other user, no group
+ * unless the configuration names one, and, unless it names a socket,
+ * $XDG_RUNTIME_DIR/m40d/m40d.sock in a directory of mode 0700 that this user owns. */
+static int pick_socket(struct m40d_config *c)
+{
+        char dir[sizeof(c->socket)];
+        struct stat st;
+        int r;
+
+        if (sd_listen_fds(0) > 0)
+                return 0;
+        if (geteuid() == 0) { /* the service's socket; its directory when systemd made none */
+                if (!c->socket_set && mkdir("/run/m40d", 0755) && errno != EEXIST)
+                        return m40d_log_errno(-errno, "cannot make /run/m40d");
+                return 0;
+        }
+        if (!c->group_set)
+                c->group[0] = 0;
+        if (c->socket_set)
+                return 0;
+        r = m40_user_socket_dir(dir, sizeof(dir));
+        r = r ? r : m40_user_socket(c->socket, sizeof(c->socket));
+        if (r == -ENOENT)
+                return m40d_log_errno(r, "not root and $XDG_RUNTIME_DIR is not set: name a "
+                                         "socket ([server] socket in m40d.ini, -c FILE)");
+        if (r)
+                return m40d_log_errno(r, "$XDG_RUNTIME_DIR is too long for a socket path");
+        if (mkdir(dir, 0700) && errno != EEXIST)
+                return m40d_log_errno(-errno, "cannot make %s", dir);
+        if (lstat(dir, &st))
+                return m40d_log_errno(-errno, "%s", dir);
+        if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid())
+                return m40d_log_errno(-EPERM, "%s is not a directory of this user", dir);
+        if ((st.st_mode & 077) && chmod(dir, 0700))
+                return m40d_log_errno(-errno, "cannot make %s private (mode 0700)", dir);
+        return 0;
+}
+
 int main(int argc, char **argv)
 {
         enum { O_CHECK = 256 };
         static const struct option opts[] = {
                 {"config", required_argument, 0, 'c'},
+                {"model", required_argument, 0, 'm'},
                 {"check-config", no_argument, 0, O_CHECK},
                 {"help", no_argument, 0, 'h'},
                 {0, 0, 0, 0},
         };
         static struct daemon d;
-        const char *path = DEFAULT_CONFIG;
+        const char *path = NULL, *model = NULL;
         bool check = false;
         sigset_t sigs;
         char err[4096];
         int c, r, lfd = -1;
 
-        while ((c = getopt_long(argc, argv, "c:h", opts, NULL)) != -1) {
+        while ((c = getopt_long(argc, argv, "c:m:h", opts, NULL)) != -1) {
                 switch (c) {
                 case 'c':
                         path = optarg;
+                        break;
+                case 'm':
+                        model = optarg;
                         break;
                 case O_CHECK:
                         check = true;
@@ -457,10 +588,14 @@ int main(int argc, char **argv)
                         return 2;
                 }
         }
-        if (optind != argc) {
+        if (!model && optind + 1 == argc)
+                model = argv[optind++];
+        if (optind != argc || (model && !*model)) {
                 usage(stderr);
                 return 2;
         }
+        if (!path && !model)
+                path = DEFAULT_CONFIG;
         /* before any thread exists (the engine's pool), so that every thread blocks them and
          * only the signalfd sees them */
         sigemptyset(&sigs);
@@ -470,7 +605,7 @@ int main(int argc, char **argv)
         sigprocmask(SIG_BLOCK, &sigs, NULL);
         signal(SIGPIPE, SIG_IGN);
         m40d_config_default(&d.cfg);
-        r = m40d_config_load(&d.cfg, path, err, sizeof(err));
+        r = path ? m40d_config_load(&d.cfg, path, err, sizeof(err)) : 0;
         if (r) {
                 for (char *l = err, *nl; l; l = nl) { /* one log line per error */
                         nl = strchr(l, '\n');
@@ -481,13 +616,18 @@ int main(int argc, char **argv)
                 return 1;
         }
         m40d_log_set_level(d.cfg.log_level);
+        r = model ? set_model(&d.cfg, model) : 0;
+        r = r ? r : pick_socket(&d.cfg);
+        if (r)
+                return 1;
         r = check_config(&d);
         if (r || check) {
                 if (!r)
                         m40d_log(LOG_INFO,
                                  "%s: configuration valid (model %s, backend %s, "
                                  "socket %s)",
-                                 path, d.cfg.model, m40d_backend_name(d.cfg.backend), d.cfg.socket);
+                                 path ? path : "built-in defaults", d.cfg.model,
+                                 m40d_backend_name(d.cfg.backend), d.cfg.socket);
                 m40_gguf_free(d.g);
                 return r ? 1 : 0;
         }

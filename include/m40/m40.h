@@ -126,8 +126,10 @@ struct m40_status {
         uint64_t kv_page_bytes;
 };
 
-/* m40_client_connect - connect to the daemon at socket path (NULL: $M40_SOCKET, else
- * M40_DEFAULT_SOCKET) and do the handshake. Returns 0 and a connection in *ret_client;
+/* m40_client_connect - connect to the daemon at socket path and do the handshake. path
+ * NULL or "": $M40_SOCKET when set, else M40_DEFAULT_SOCKET (the service's), else, when
+ * that does not exist, $XDG_RUNTIME_DIR/m40d/m40d.sock (where m40d run by a user listens;
+ * the rule is m40/paths.h's m40_client_socket()). Returns 0 and a connection in *ret_client;
  * -ENOENT/-ECONNREFUSED when no daemon listens, -EACCES when the daemon refuses this
  * user, M40_EVERSION on a protocol mismatch, -EUSERS when the daemon has too many clients,
  * M40_EPROTO on a malformed answer, or -errno. */
