@@ -92,8 +92,13 @@ static void usage(FILE *f)
               "The command-line tool of m40-llm.\n"
               "\n"
               "Commands:\n"
-              "  show FILE.gguf [--json]   Describe a GGUF model file: architecture, shape,\n"
-              "                            tokenizer, chat template family, weight types.\n"
+              "  show FILE.gguf|NAME        Describe a GGUF model file or stored model:\n"
+              "                            architecture, shape, tokenizer, chat template\n"
+              "                            family, weight types.\n"
+              "  pull URL [--name NAME]    Download a GGUF model over HTTPS into the model\n"
+              "                            store: resumable, sha256-verified, GGUF-checked.\n"
+              "  list [--json]             List the models in the store.\n"
+              "  rm NAME...                Remove models from the store.\n"
               "  submit [PROMPT|-]         Generate a continuation of PROMPT with m40d and\n"
               "                            stream it to stdout.\n"
               "  run                       Chat with the model interactively.\n"
@@ -101,8 +106,11 @@ static void usage(FILE *f)
               "  help                      Show this text.\n"
               "\n"
               "Run 'm40ctl COMMAND --help' for a command's options. submit, run and status\n"
-              "talk to m40d at --socket PATH, else $M40_SOCKET, else /run/m40d/m40d.sock,\n"
-              "else (when that does not exist) $XDG_RUNTIME_DIR/m40d/m40d.sock, a user's m40d.\n"
+               "talk to m40d at --socket PATH, else $M40_SOCKET, else /run/m40d/m40d.sock,\n"
+               "else (when that does not exist) $XDG_RUNTIME_DIR/m40d/m40d.sock, a user's m40d.\n"
+               "The model store (pull, list, rm, show NAME) is the directory $M40_MODELS, else\n"
+               "/var/lib/m40d/models as root, else $XDG_DATA_HOME/m40/models (default\n"
+               "~/.local/share/m40/models); a model NAME is stored as NAME.gguf there.\n"
               "\n"
               "Exit status: 0 success, 1 failure, 2 bad command line, 3 daemon unreachable,\n"
               "4 request rejected by the daemon, 130 interrupted (Ctrl-C).\n",
@@ -127,6 +135,12 @@ int main(int argc, char **argv)
                 return m40ctl_run(argc - 1, argv + 1);
         if (!strcmp(argv[1], "status"))
                 return m40ctl_status(argc - 1, argv + 1);
+        if (!strcmp(argv[1], "pull"))
+                return m40ctl_pull(argc - 1, argv + 1);
+        if (!strcmp(argv[1], "list") || !strcmp(argv[1], "ls"))
+                return m40ctl_list(argc - 1, argv + 1);
+        if (!strcmp(argv[1], "rm"))
+                return m40ctl_rm(argc - 1, argv + 1);
         fprintf(stderr, "m40ctl: unknown command '%s' (try 'm40ctl help')\n", argv[1]);
         return M40CTL_EXIT_USAGE;
 }

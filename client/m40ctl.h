@@ -24,6 +24,9 @@ int m40ctl_show(int argc, char **argv);
 int m40ctl_submit(int argc, char **argv);
 int m40ctl_run(int argc, char **argv);
 int m40ctl_status(int argc, char **argv);
+int m40ctl_pull(int argc, char **argv);
+int m40ctl_list(int argc, char **argv);
+int m40ctl_rm(int argc, char **argv);
 
 /* m40ctl_opt_num - option name's value arg as a finite number in [lo, hi] (an integer when
  * integer) into *ret. Returns 0, or -EINVAL after saying on stderr what name wants. */
@@ -44,6 +47,9 @@ void m40ctl_say_unreachable(const char *cmd, const char *sock, int timeout_ms, i
 /* m40ctl_connect - m40_client_connect_timeout(), saying why on stderr when it fails.
  * Returns 0 or its negative code. */
 int m40ctl_connect(const char *cmd, const char *sock, int timeout_ms, struct m40_client **ret);
+
+/* m40ctl_human_count - n as "1.24B", "135.0M", "292.5K" or "512" into buf; returns buf. */
+const char *m40ctl_human_count(uint64_t n, char *buf, size_t len);
 
 /* m40ctl_json_str - writes n bytes of s as a JSON string (quotes and escapes) to f. */
 void m40ctl_json_str(FILE *f, const char *s, size_t n);

@@ -1,11 +1,15 @@
-/* show.c - `m40ctl show FILE.gguf [--json]`: describes a model file, read directly. */
+/* show.c - `m40ctl show FILE.gguf|NAME [--json]`: describes a model file, read directly, given
+ * by its path or by its name in the model store (store.h). */
+#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "m40ctl.h"
+#include "store.h"
 #include "model/ggml_type.h"
 #include "model/gguf.h"
 #include "model/model_info.h"
@@ -13,20 +17,25 @@
 
 static void usage(FILE *f)
 {
-        fputs("Usage: m40ctl show [--json] FILE.gguf\n"
+        fputs("Usage: m40ctl show [--json] FILE.gguf|NAME\n"
               "\n"
-              "Reads and validates the GGUF file FILE.gguf (header, metadata and tensor table;\n"
-              "not the weights) and describes the model: architecture, name, parameter count,\n"
-              "context length, layers, attention heads and KV heads, embedding and FFN sizes,\n"
-              "RoPE settings, vocabulary size and tokenizer, chat template family, and a table of\n"
-              "weight types with their tensor counts, parameters and bytes.\n"
+              "Reads and validates the GGUF file FILE.gguf, or the model NAME of the model\n"
+              "store (m40ctl list), header, metadata and tensor table but not the weights, and\n"
+              "describes the model: architecture, name, parameter count, context length,\n"
+              "layers, attention heads and KV heads, embedding and FFN sizes, RoPE settings,\n"
+              "vocabulary size and tokenizer, chat template family, and a table of weight\n"
+              "types with their tensor counts, parameters and bytes.\n"
+              "\n"
+              "An argument with a '/' or ending in .gguf is a path; anything else is a store\n"
+              "name (write ./FILE for a file FILE in this directory).\n"
               "\n"
               "Options:\n"
               "  --json       Print one JSON object instead of text.\n"
               "  -h, --help   Show this text.\n"
               "\n"
               "Exit status: 0 success; 1 the file is unreadable, malformed or unsupported (the\n"
-              "message names the byte offset and the problem); 2 bad command line.\n",
+              "message names the byte offset and the problem) or NAME is not in the store;\n"
+              "2 bad command line.\n",
               f);
 }
 
@@ -102,7 +111,7 @@ static void print_json(FILE *f, const struct m40_gguf *g, const struct m40_model
         fputs("]}\n", f);
 }
 
-static const char *human(uint64_t n, char *buf, size_t len)
+const char *m40ctl_human_count(uint64_t n, char *buf, size_t len)
 {
         if (n >= 1000000000ull)
                 snprintf(buf, len, "%.2fB", (double)n / 1e9);
@@ -121,12 +130,12 @@ static void print_text(FILE *f, const struct m40_gguf *g, const struct m40_model
         char b1[32], b2[32];
 
         fprintf(f, "file:            %s (%s bytes, GGUF v%u, alignment %u)\n", m40_gguf_path(g),
-                human(m40_gguf_file_size(g), b1, sizeof(b1)), m40_gguf_version(g),
+                m40ctl_human_count(m40_gguf_file_size(g), b1, sizeof(b1)), m40_gguf_version(g),
                 m40_gguf_alignment(g));
         fprintf(f, "architecture:    %s\n", m->arch);
         fprintf(f, "name:            %s\n", m->name ? m->name : "-");
-        fprintf(f, "parameters:      %s (%" PRIu64 ")\n", human(m->n_params, b1, sizeof(b1)),
-                m->n_params);
+        fprintf(f, "parameters:      %s (%" PRIu64 ")\n",
+                m40ctl_human_count(m->n_params, b1, sizeof(b1)), m->n_params);
         fprintf(f, "context length:  %u\n", m->context_length);
         fprintf(f, "layers:          %u\n", m->n_layers);
         fprintf(f, "embedding:       %u\n", m->n_embd);
@@ -143,7 +152,7 @@ static void print_text(FILE *f, const struct m40_gguf *g, const struct m40_model
                 m->tokenizer_pre ? m->tokenizer_pre : "");
         fprintf(f, "chat template:   %s\n", family);
         fprintf(f, "weights:         %" PRIu64 " tensors, %s bytes\n", m40_gguf_tensor_count(g),
-                human(m->weight_bytes, b2, sizeof(b2)));
+                m40ctl_human_count(m->weight_bytes, b2, sizeof(b2)));
         fprintf(f, "  %-6s %8s %14s %14s\n", "type", "tensors", "parameters", "bytes");
         for (size_t i = 0; i < m->n_types; i++)
                 fprintf(f, "  %-6s %8" PRIu64 " %14" PRIu64 " %14" PRIu64 "\n",
@@ -164,7 +173,8 @@ int m40ctl_show(int argc, char **argv)
         bool json = false;
         const char *family;
         struct m40_chat_template tmpl;
-        char family_text[96];
+        char family_text[96], path[4352];
+        const char *why = "";
         int c, e;
 
         optind = 1;
@@ -186,7 +196,19 @@ int m40ctl_show(int argc, char **argv)
                 usage(stderr);
                 return M40CTL_EXIT_USAGE;
         }
-        e = m40_gguf_open(argv[optind], &g, err, sizeof(err));
+        e = m40_store_resolve(argv[optind], path, sizeof(path), &why);
+        if (e == -EINVAL) {
+                fprintf(stderr, "m40ctl show: '%s' is not a file path or a model name: %s\n",
+                        argv[optind], why);
+                return M40CTL_EXIT_USAGE;
+        }
+        if (e) {
+                fprintf(stderr, "m40ctl show: no model '%s' in the store (%s)%s\n", argv[optind],
+                        e == -ENOENT ? "m40ctl list shows what is there" : strerror(-e),
+                        access(argv[optind], F_OK) ? "" : "; for the file here, write ./NAME");
+                return M40CTL_EXIT_FAIL;
+        }
+        e = m40_gguf_open(path, &g, err, sizeof(err));
         if (e) {
                 fprintf(stderr, "m40ctl show: %s\n", err);
                 return M40CTL_EXIT_FAIL;
