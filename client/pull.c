@@ -172,12 +172,13 @@ static int store_paths(struct pull *p)
 static int expected_hash(struct pull *p)
 {
         char body[PULL_SHA_FILE_MAX];
-        CURLU *u = curl_url();
+        CURLU *u;
         char *path = NULL, *url = NULL, *newpath;
         long status = -ENOMEM;
 
         if (p->have_want)
                 return snprintf(p->want_from, sizeof(p->want_from), "--sha256"), 0;
+        u = curl_url();
         if (u && curl_url_set(u, CURLUPART_URL, p->url, 0) == CURLUE_OK &&
             curl_url_get(u, CURLUPART_PATH, &path, 0) == CURLUE_OK &&
             (newpath = malloc(strlen(path) + 8))) {
