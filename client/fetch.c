@@ -443,7 +443,10 @@ long m40_pull_get_small(struct pull *p, const char *url, char *buf, size_t n)
         curl_easy_setopt(p->curl, CURLOPT_HEADERDATA, NULL);
         curl_easy_setopt(p->curl, CURLOPT_WRITEFUNCTION, on_small);
         curl_easy_setopt(p->curl, CURLOPT_WRITEDATA, &s);
-        curl_easy_setopt(p->curl, CURLOPT_NOPROGRESS, 1L);
+        p->started = false; /* on_progress: a stop check, no bar */
+        curl_easy_setopt(p->curl, CURLOPT_NOPROGRESS, 0L);
+        curl_easy_setopt(p->curl, CURLOPT_XFERINFOFUNCTION, on_progress);
+        curl_easy_setopt(p->curl, CURLOPT_XFERINFODATA, p);
         rc = curl_easy_perform(p->curl);
         curl_easy_getinfo(p->curl, CURLINFO_RESPONSE_CODE, &status);
         if (s.over && status == 200)

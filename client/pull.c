@@ -206,6 +206,8 @@ static int expected_hash(struct pull *p)
                         p->want_from, PULL_SHA_FILE_MAX);
                 return -EPROTO;
         }
+        if (m40_pull_stop)
+                return -EINTR;
         if (status < 0) {
                 fprintf(stderr, "m40ctl pull: cannot fetch %s: %s\n", p->want_from, p->errbuf);
                 return -EIO;
@@ -523,6 +525,8 @@ int m40ctl_pull(int argc, char **argv)
         sigemptyset(&sa.sa_mask);
         sigaction(SIGINT, &sa, NULL);
         sigaction(SIGTERM, &sa, NULL);
+        /* CURLOPT_NOSIGNAL leaves SIGPIPE to us: a peer gone mid-TLS-write is an error */
+        signal(SIGPIPE, SIG_IGN);
         if (curl_global_init(CURL_GLOBAL_DEFAULT)) {
                 fprintf(stderr, "m40ctl pull: libcurl failed to initialize\n");
                 free(p);

@@ -60,7 +60,8 @@ int m40_pull_hash_reset(struct pull *p);
 int m40_pull_transfer(struct pull *p);
 
 /* m40_pull_get_small - GETs url into buf (at most n - 1 bytes, NUL-terminated). Returns the
- * HTTP status (>= 100), or -EIO with the reason in p->errbuf, -EFBIG when larger. */
+ * HTTP status (>= 100), or -EIO with the reason in p->errbuf (also when a signal stopped
+ * it: m40_pull_stop is set then), -EFBIG when larger. */
 long m40_pull_get_small(struct pull *p, const char *url, char *buf, size_t n);
 
 #endif

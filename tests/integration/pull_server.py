@@ -10,6 +10,7 @@ Faults, set by the test through GET /_control?...:
   cut=PATH&after=N&times=K   the next K responses for PATH stop after N body bytes and close
                              the connection (the client sees a transfer cut short)
   slow=PATH&rate=B           PATH's body is sent at about B bytes/s (rate=0: full speed)
+With --tls CERT KEY it speaks HTTPS (a self-signed certificate: pull must refuse it).
 Every request except /_control is logged as one JSON line to --log: method, path, the Range
 and If-Range headers, the status and the body bytes sent. The bound port is written to
 --port-file once the server listens.
@@ -18,6 +19,7 @@ import argparse
 import email.utils
 import json
 import os
+import ssl
 import threading
 import time
 import urllib.parse
@@ -149,8 +151,13 @@ def main():
     ap.add_argument("--root", required=True)
     ap.add_argument("--log", required=True)
     ap.add_argument("--port-file", required=True)
+    ap.add_argument("--tls", nargs=2, metavar=("CERT", "KEY"))
     a = ap.parse_args()
     srv = Server(("127.0.0.1", 0), Handler)
+    if a.tls:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(*a.tls)
+        srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
     srv.root = os.path.realpath(a.root)
     srv.log_path = a.log
     tmp = a.port_file + ".tmp"

@@ -5,8 +5,9 @@
 # (the server's log shows only the missing bytes sent), and one retried within a run; a file
 # changed on the server between runs (If-Range: started over); Ctrl-C keeps a resumable
 # .part; a failed write keeps the whole-bytes prefix; a wrong sha256 (given, published) and a
-# file that is not GGUF leave no file; a 404 and a refused connection say so and leave no
-# file; list/show/rm on the result; the progress bar on a terminal, lines elsewhere.
+# file that is not GGUF leave no file; a 404, a refused connection and a self-signed TLS
+# certificate say so and leave no file; list/show/rm on the result; the progress bar on a
+# terminal, lines elsewhere.
 #
 # Usage: test_pull.sh M40CTL MODEL   (exit 0 pass, 1 fail, 77 when MODEL is absent)
 set -uo pipefail
@@ -134,6 +135,15 @@ pull "$base/moving.gguf"; rc=$?
         fail "moving: exit $rc: $(cat "$dir/err")"
 log_of /moving.gguf | sed -n 2p | grep -Eq "^200 bytes=100000- \"" || fail "moving: $(log_of /moving.gguf)"
 
+# A .part that is complete already (a run stopped before its rename): the server answers the
+# resume with 416 and the whole size, nothing is fetched again.
+cp "$model" "$M40_MODELS/.done.gguf.part"
+printf 'url %s\nvalidator \n' "$base/cut.gguf" >"$M40_MODELS/.done.gguf.part.meta"
+pull "$base/cut.gguf" --name done; rc=$?
+[ $rc = 0 ] && cmp -s "$model" "$M40_MODELS/done.gguf" || fail "complete .part: exit $rc: $(cat "$dir/err")"
+log_of /cut.gguf | tail -n 1 | grep -q "^416 bytes=$size- - " || fail "complete .part: $(log_of /cut.gguf)"
+no_trace_part done
+
 # 7. A wrong sha256, given or published: an error, no file left.
 pull --sha256 "$(printf '%064d' 1)" "$base/nosha.gguf" --name given; rc=$?
 [ $rc = 1 ] && grep -q "sha256 mismatch for 'given': expected 0*1 (from --sha256), got $want; the download was removed" "$dir/err" ||
@@ -160,6 +170,21 @@ pull --retries 0 "http://127.0.0.1:1/x.gguf"; rc=$?
 [ $rc = 1 ] && grep -qi "connect" "$dir/err" || fail "refused: exit $rc: $(cat "$dir/err")"
 no_trace x
 
+# A server whose certificate nobody vouches for: refused, said to be TLS, nothing left.
+if command -v openssl >/dev/null &&
+        openssl req -x509 -newkey rsa:2048 -nodes -subj /CN=127.0.0.1 -days 1 \
+                -keyout "$dir/key.pem" -out "$dir/cert.pem" >/dev/null 2>&1; then
+        python3 "$here/pull_server.py" --root "$www" --log "$dir/tlslog" \
+                --port-file "$dir/tlsport" --tls "$dir/cert.pem" "$dir/key.pem" &
+        tls=$!
+        for _ in $(seq 100); do [ -s "$dir/tlsport" ] && break; sleep 0.1; done
+        pull --sha256 "$want" "https://127.0.0.1:$(cat "$dir/tlsport")/nosha.gguf" --name tls; rc=$?
+        [ $rc = 1 ] && grep -q ": TLS: .*certificate.*(m40ctl never skips the check)" "$dir/err" ||
+                fail "self-signed TLS: exit $rc: $(cat "$dir/err")"
+        no_trace tls
+        kill $tls; wait $tls 2>/dev/null
+fi
+
 # 9. A write that fails (file size limit standing in for a full disk): the .part keeps
 #    what was written, and the next run resumes from there.
 (trap '' XFSZ; ulimit -f 500; exec "$m40ctl" pull "$base/slow.gguf" --name capped --retries 0) \
@@ -180,6 +205,10 @@ for _ in $(seq 100); do
         [ "$(stat -c %s "$M40_MODELS/.intr.gguf.part" 2>/dev/null || echo 0)" -gt 100000 ] && break
         sleep 0.1
 done
+pull "$base/slow.gguf" --name intr; rc=$?
+[ $rc = 1 ] && grep -q "another m40ctl pull of 'intr' is running" "$dir/err" || fail "concurrent pull: exit $rc"
+"$m40ctl" rm intr 2>"$dir/err"; rc=$?
+[ $rc = 1 ] && grep -q "a pull of 'intr' is running" "$dir/err" || fail "rm during pull: exit $rc"
 kill -INT $p
 wait $p; rc=$?
 [ $rc = 130 ] && grep -q "interrupted; .*\.intr\.gguf\.part kept" "$dir/err" || fail "Ctrl-C: exit $rc: $(cat "$dir/err")"
