@@ -347,7 +347,8 @@ static enum outcome classify(struct pull *p, CURLcode rc)
                 return DONE;
         }
         if (rc == CURLE_WRITE_ERROR && p->werr) {
-                fprintf(stderr, "m40ctl pull: %s\n", p->why);
+                fprintf(stderr, "m40ctl pull: %s%s\n", p->why,
+                        p->werr == -ENOSPC || p->werr == -EDQUOT ? " (free some space first)" : "");
                 return FAIL;
         }
         if (tls_error(rc)) {
