@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "m40-version.h"
 #include "m40/m40.h"
 #include "m40/paths.h"
 #include "m40ctl.h"
@@ -105,6 +106,10 @@ static void usage(FILE *f)
               "  status [--json]           Show m40d's model, requests, KV use and speed.\n"
               "  help                      Show this text.\n"
               "\n"
+              "Options:\n"
+              "  -h, --help                Show this text.\n"
+              "      --version             Print m40ctl's version.\n"
+              "\n"
               "Run 'm40ctl COMMAND --help' for a command's options. submit, run and status\n"
                "talk to m40d at --socket PATH, else $M40_SOCKET, else /run/m40d/m40d.sock,\n"
                "else (when that does not exist) $XDG_RUNTIME_DIR/m40d/m40d.sock, a user's m40d.\n"
@@ -125,6 +130,10 @@ int main(int argc, char **argv)
         }
         if (!strcmp(argv[1], "help") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
                 usage(stdout);
+                return M40CTL_EXIT_OK;
+        }
+        if (!strcmp(argv[1], "--version")) {
+                puts(M40_VERSION_TEXT("m40ctl"));
                 return M40CTL_EXIT_OK;
         }
         if (!strcmp(argv[1], "show"))

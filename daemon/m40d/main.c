@@ -21,6 +21,7 @@
 #include "cuda/device.h"
 #endif
 #include "ipc/ipc.h"
+#include "m40-version.h"
 #include "m40/error.h"
 #include "m40/paths.h"
 #include "m40d/config.h"
@@ -31,7 +32,7 @@
 #include "text/chat.h"
 #include "text/vocab.h"
 
-#define DEFAULT_CONFIG  "/etc/m40d/m40d.ini"
+#define DEFAULT_CONFIG  M40_CONFIG_FILE /* SYSCONFDIR/m40d/m40d.ini of the build */
 #define STATUS_EVERY_NS 2000000000ull
 
 struct daemon {
@@ -71,6 +72,7 @@ static void usage(FILE *f)
               "                      manage it.\n"
               "      --check-config  Validate the configuration and the model file, then exit.\n"
               "  -h, --help          Show this text.\n"
+              "      --version       Print m40d's version.\n"
               "\n"
               "Socket: [server] socket, or the one systemd passes (socket activation). When\n"
               "neither names one, root listens on " M40_DEFAULT_SOCKET " and any other\n"
@@ -554,12 +556,13 @@ static int pick_socket(struct m40d_config *c)
 
 int main(int argc, char **argv)
 {
-        enum { O_CHECK = 256 };
+        enum { O_CHECK = 256, O_VERSION };
         static const struct option opts[] = {
                 {"config", required_argument, 0, 'c'},
                 {"model", required_argument, 0, 'm'},
                 {"check-config", no_argument, 0, O_CHECK},
                 {"help", no_argument, 0, 'h'},
+                {"version", no_argument, 0, O_VERSION},
                 {0, 0, 0, 0},
         };
         static struct daemon d;
@@ -582,6 +585,9 @@ int main(int argc, char **argv)
                         break;
                 case 'h':
                         usage(stdout);
+                        return 0;
+                case O_VERSION:
+                        puts(M40_VERSION_TEXT("m40d"));
                         return 0;
                 default:
                         usage(stderr);

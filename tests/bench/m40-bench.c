@@ -17,6 +17,7 @@
 #include "bench_matvec.h"
 #include "bench_model.h"
 #include "cuda/device.h"
+#include "m40-version.h"
 #include "m40/error.h"
 
 #define EXIT_USAGE 2
@@ -42,7 +43,7 @@ static void help(void)
                "       m40-bench --model FILE [--batches LIST] [--tokens N] [--prompt N]\n"
                "                 [--prefill N] [--prefill-reps N] [--no-load] [--no-load-cold]\n"
                "                 [--no-decode] [--no-sgemm] [--quiet] [copy options]\n"
-               "       m40-bench --help\n"
+               "       m40-bench --help | --version\n"
                "\n"
                "DESCRIPTION\n"
                "       Opens CUDA GPU N, prints what the CUDA runtime reports about it and\n"
@@ -159,6 +160,8 @@ static void help(void)
                "              No progress notes on standard error.\n"
                "       -h, --help\n"
                "              Print this help and exit.\n"
+               "       --version\n"
+               "              Print m40-bench's version and exit.\n"
                "\n"
                "EXIT STATUS\n"
                "       0 measured; 1 no usable GPU, a CUDA error, or a model that cannot be\n"
@@ -257,7 +260,8 @@ enum {
         O_NO_LOAD,
         O_NO_COLD,
         O_NO_DECODE,
-        O_NO_SGEMM
+        O_NO_SGEMM,
+        O_VERSION
 };
 
 /* The model options; 0, or -EINVAL after printing why. */
@@ -341,6 +345,7 @@ static int parse_args(int argc, char **argv, struct options *o)
                 {"no-sgemm", no_argument, NULL, O_NO_SGEMM},
                 {"quiet", no_argument, NULL, 'q'},
                 {"help", no_argument, NULL, 'h'},
+                {"version", no_argument, NULL, O_VERSION},
                 {},
         };
         struct bench_model_opts *m = &o->model;
@@ -411,6 +416,9 @@ static int parse_args(int argc, char **argv, struct options *o)
                         break;
                 case 'h':
                         help();
+                        return 1;
+                case O_VERSION:
+                        puts(M40_VERSION_TEXT("m40-bench"));
                         return 1;
                 default:
                         return -EINVAL;

@@ -30,6 +30,7 @@
 #include <time.h>
 
 #include "engine/engine.h"
+#include "m40-version.h"
 #include "m40/error.h"
 #include "model/gguf.h"
 #include "text/detok.h"
@@ -47,7 +48,8 @@ static void usage(FILE *f)
                    "               [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R]\n"
                    "               [--seed S] [--threads N] [--act f32|ggml] [--print-tokens]\n"
                    "               [--logits-out FILE] [--backend cpu|cuda] [--ignore-eos]\n"
-                   "               [--stats] [--vram-limit-mb N]\n");
+                   "               [--stats] [--vram-limit-mb N]\n"
+                   "       m40-gen --help | --version\n");
 }
 
 /* parse_tokens - "1,2,3;4,5" into out (ids of every prompt, back to back) and start[]
@@ -225,7 +227,8 @@ int main(int argc, char **argv)
                 O_ACT,
                 O_IGNORE_EOS,
                 O_STATS,
-                O_VRAM
+                O_VRAM,
+                O_VERSION
         };
         static const struct option opts[] = {
                 {"model", required_argument, 0, 'm'},
@@ -247,6 +250,7 @@ int main(int argc, char **argv)
                 {"stats", no_argument, 0, O_STATS},
                 {"vram-limit-mb", required_argument, 0, O_VRAM},
                 {"help", no_argument, 0, 'h'},
+                {"version", no_argument, 0, O_VERSION},
                 {0, 0, 0, 0},
         };
         static int32_t prompt[MAX_PROMPT];
@@ -344,6 +348,9 @@ int main(int argc, char **argv)
                 }
                 case 'h':
                         usage(stdout);
+                        return 0;
+                case O_VERSION:
+                        puts(M40_VERSION_TEXT("m40-gen"));
                         return 0;
                 default:
                         usage(stderr);
