@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "m40-version.h"
 #include "m40ctl.h"
 #include "model/gguf.h"
 #include "model/model_info.h"
@@ -449,7 +450,7 @@ static CURL *new_curl(struct pull *p)
         curl_easy_setopt(c, CURLOPT_MAXREDIRS, 10L);
         curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
         curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
-        curl_easy_setopt(c, CURLOPT_USERAGENT, "m40ctl/" M40CTL_VERSION " libcurl");
+        curl_easy_setopt(c, CURLOPT_USERAGENT, "m40ctl/" M40_VERSION " libcurl");
         curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
         curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 30L);
         /* a transfer that moves under 1 byte/s for 60 s is stalled: cut it (and retry) */
