@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# test_units.sh - issue 20 acceptance 3: systemd/m40d.{socket,service,sysusers.conf,
-# tmpfiles.conf} under a real systemd (PID 1 of a systemd-nspawn container):
+# test_units.sh - issue 20 acceptance 3: m40d's units, sysusers.d and tmpfiles.d files as
+# `meson install` puts them (generated from systemd/*.in for the build's prefix) under a
+# real systemd (PID 1 of a systemd-nspawn container):
 #   - socket activation: m40d.socket listens, m40d.service starts on the first connection;
 #   - a user in group m40 (and not in m40d) runs `m40ctl submit`, again after m40d started
 #     (systemd must not lock /run/m40d to m40d:m40d 0750), a user outside m40 is refused;
@@ -16,7 +17,8 @@
 # services of the host), a private network, and `--keep-unit --register=no` (no systemd on
 # the host to ask for a scope or to register with). The container gets a cgroup of its own
 # made here. `meson install --destdir` of the build tree is copied into the container's /,
-# the units into /etc/systemd/system; the checks then run inside (nsenter) with systemctl.
+# its units linked into /etc/systemd/system; the checks then run inside (nsenter) with
+# systemctl, the settings written to the file the unit's ExecStart= names.
 # Not `systemd --user`: a user manager ignores User=, SocketUser=/SocketGroup= and most of
 # the sandboxing, and keeps RuntimeDirectory= in /run/user/UID, so it would not show what the
 # system manager does with /run/m40d. Not a bare `unshare --pid` + systemd: it would need
@@ -50,21 +52,37 @@ inside() {
         }
         active() { [ "$(systemctl show -P ActiveState "$1")" = "$2" ]; }
 
-        # install: binaries (meson install), units, users, directories, model, settings
+        # install: the tree of meson install (binaries, units generated for its prefix,
+        # sysusers.d and tmpfiles.d files, m40d.ini), users, directories, model, settings.
+        # Units outside systemd's search path (a prefix like /opt/m40) are linked in
+        # (systemctl link), as their administrator would.
+        local f unit sysusers tmpfiles config
         cp -a /m40stage/dest/. / || ifail "copying the installed tree"
         ldconfig
-        cp /m40stage/units/m40d.service /m40stage/units/m40d.socket /etc/systemd/system/
-        mkdir -p /etc/sysusers.d /etc/tmpfiles.d
-        cp /m40stage/units/m40d.sysusers.conf /etc/sysusers.d/m40d.conf
-        cp /m40stage/units/m40d.tmpfiles.conf /etc/tmpfiles.d/m40d.conf
-        systemd-sysusers /etc/sysusers.d/m40d.conf || ifail "systemd-sysusers"
-        systemd-tmpfiles --create /etc/tmpfiles.d/m40d.conf || ifail "systemd-tmpfiles"
+        for f in m40d.service m40d.socket; do
+                unit=$(cd /m40stage/dest && find . -path "*/systemd/system/$f" | head -n 1)
+                [ -n "$unit" ] || ifail "meson install put no $f"
+                unit=/${unit#./}
+                case ${unit%/*} in
+                /etc/systemd/system | /usr/local/lib/systemd/system | /usr/lib/systemd/system | \
+                        /lib/systemd/system) ;;
+                *) systemctl link "$unit" || ifail "systemctl link $unit" ;;
+                esac
+        done
+        sysusers=$(cd /m40stage/dest && find . -path '*/sysusers.d/m40d.conf' | head -n 1)
+        tmpfiles=$(cd /m40stage/dest && find . -path '*/tmpfiles.d/m40d.conf' | head -n 1)
+        { [ -n "$sysusers" ] && [ -n "$tmpfiles" ]; } || ifail "no sysusers.d or tmpfiles.d file"
+        systemd-sysusers "/${sysusers#./}" || ifail "systemd-sysusers"
+        systemd-tmpfiles --create "/${tmpfiles#./}" || ifail "systemd-tmpfiles"
+        systemctl daemon-reload
+        config=$(systemctl cat m40d.service | sed -n 's/^ExecStart=.* -c \([^ ]*\).*/\1/p')
+        [ -f "$config" ] || ifail "meson install put no $config (ExecStart's -c)"
         useradd -M -N -g nogroup -G m40 -s /usr/sbin/nologin m40-tester || ifail "useradd"
         useradd -M -N -g nogroup -s /usr/sbin/nologin m40-outsider || ifail "useradd"
         install -o m40d -g m40d -m 0640 /m40stage/model.gguf /var/lib/m40d/models/tiny.gguf
         printf '[model]\npath = %s\n[engine]\nbackend = cpu\nthreads = 1\n' \
-                /var/lib/m40d/models/tiny.gguf >/etc/m40d/m40d.ini
-        echo "installed: $(command -v m40d) $(command -v m40ctl); $(id m40-tester)"
+                /var/lib/m40d/models/tiny.gguf >"$config"
+        echo "installed: $(command -v m40d) $(command -v m40ctl) $config; $(id m40-tester)"
         systemctl daemon-reload
         systemctl enable --now m40d.socket 2>&1 || ifail "systemctl enable --now m40d.socket"
         active m40d.socket active || ifail "m40d.socket is not active"
@@ -153,11 +171,10 @@ in_ns() {
         local work=$1 build=$2 src=$3 model=$4 cg=m40-units-test.$$ nsp cpid rc d n state
         local cgdirs=()
         mount -t tmpfs -o mode=0755 tmpfs /run || fail "cannot mount a tmpfs on /run"
-        mkdir -p "$work/root" "$work/stage/units"
+        mkdir -p "$work/root" "$work/stage"
         mount --bind / "$work/root" || fail "cannot bind-mount /"
         meson install -C "$build" --no-rebuild --quiet --destdir "$work/stage/dest" \
                 >"$work/install.log" 2>&1 || { cat "$work/install.log"; fail "meson install"; }
-        cp "$src"/systemd/* "$work/stage/units/"
         cp "$model" "$work/stage/model.gguf"
         cp "$0" "$work/stage/test_units.sh"
 
