@@ -114,10 +114,13 @@ fi
 ok "m40d.service: ExecStart=$exec_start"
 
 # ---- --version ---------------------------------------------------------------------------
+# (prefix /usr: no run-path, so the destdir's libm40 through LD_LIBRARY_PATH)
+runenv=(env -u LD_LIBRARY_PATH)
+[ "$PREFIX" = /usr ] && runenv=(env LD_LIBRARY_PATH="$(D "$LIBDIR")")
 for p in "${progs[@]}"; do
         [ -x "$(D "$p")" ] || continue
         want="$(basename "$p") (m40-llm) $M40_VERSION"
-        got=$(env -u LD_LIBRARY_PATH "$(D "$p")" --version 2>&1) ||
+        got=$("${runenv[@]}" "$(D "$p")" --version 2>&1) ||
                 fail "$p --version: exit $?: $got"
         [ "$got" = "$want" ] || fail "$p --version: '$got', want '$want'"
 done
@@ -193,7 +196,10 @@ if command -v systemd-analyze >/dev/null && [ -d /lib/systemd/system ]; then
         cp -a /lib/systemd/system/. "$dest/lib/systemd/system/"
         paths=()
         for u in "${units[@]}"; do paths+=("$(D "$UNITDIR/$u")"); done
-        out=$(MANPATH=$(D "$MANDIR") systemd-analyze verify --root="$dest" "${paths[@]}" 2>&1)
+        # SYSTEMD_UNIT_PATH (under the root; the trailing ':' keeps the default path): the
+        # unit directory of a prefix outside systemd's search path, like /opt/m40
+        out=$(SYSTEMD_UNIT_PATH="$UNITDIR:" MANPATH=$(D "$MANDIR") \
+                systemd-analyze verify --root="$dest" "${paths[@]}" 2>&1)
         rc=$?
         if [ $rc = 0 ] && [ -z "$out" ]; then
                 ok "systemd-analyze verify --root=DESTDIR ${units[*]}"
