@@ -6,6 +6,8 @@
 # (systemd-sysusers), m40d's directories (systemd-tmpfiles --create) and reloads the
 # units (systemctl daemon-reload), so that `systemctl enable --now m40d.socket` follows.
 #
+# Its messages show only when it fails (meson 1.0 keeps install scripts' output).
+#
 # Usage (meson passes): install.sh SOURCE_INI CONFIG SYSUSERS_FILE TMPFILES_FILE
 set -eu
 

@@ -4,7 +4,8 @@
 #     SONAME libm40.so.0 and its links, static), the headers, m40.pc, the units (naming this
 #     prefix's m40d and m40d.ini), the sysusers.d and tmpfiles.d files, m40d.ini under
 #     sysconfdir (the shipped one), the man pages m40d(8) m40ctl(1) m40d.ini(5) libm40(3)
-#     (rendering with man), and m40ctl's bash completion; and m40-gateway with its units
+#     (rendering with man), and m40ctl's bash completion; a second install keeps an edited
+#     m40d.ini; and m40-gateway with its units
 #     and m40-gateway(8) when the build has the gateway (M40_GATEWAY=yes; it says so);
 #   - `--version` of every installed program prints "PROGRAM (m40-llm) VERSION";
 #   - the installed m40ctl runs from the destdir tree, and again after the whole prefix is
@@ -38,7 +39,6 @@ dest=$work/dest
 meson install -C "$build" --no-rebuild --destdir "$dest" >"$work/install.log" 2>&1 ||
         { cat "$work/install.log"; echo "FAIL: meson install --destdir"; exit 1; }
 echo "installed into $dest (prefix $PREFIX)"
-grep -E "m40d.ini|Keeping|Not root" "$work/install.log"
 D() { printf '%s%s' "$dest" "$1"; }
 
 # ---- the files -------------------------------------------------------------------------
@@ -68,6 +68,13 @@ need "$TMPFILESDIR/m40d.conf" f
 need "$SYSCONFDIR/m40d/m40d.ini" f && { cmp -s "$(D "$SYSCONFDIR/m40d/m40d.ini")" "$src/m40d.ini" ||
         fail "$SYSCONFDIR/m40d/m40d.ini is not the shipped m40d.ini"; }
 need "$BASHCOMPDIR/m40ctl" f
+# a second install keeps the administrator's m40d.ini
+printf '; edited\n' >>"$(D "$SYSCONFDIR/m40d/m40d.ini")"
+meson install -C "$build" --no-rebuild --destdir "$dest" >"$work/install2.log" 2>&1 ||
+        { cat "$work/install2.log"; fail "meson install --destdir, again"; }
+tail -n 1 "$(D "$SYSCONFDIR/m40d/m40d.ini")" | grep -qx '; edited' ||
+        fail "a second meson install replaced the edited $SYSCONFDIR/m40d/m40d.ini"
+sed -i '$d' "$(D "$SYSCONFDIR/m40d/m40d.ini")"
 pages=(man8/m40d.8 man1/m40ctl.1 man5/m40d.ini.5 man3/libm40.3)
 progs=("$SBINDIR/m40d" "$BINDIR/m40ctl" "$BINDIR/m40-gen")
 units=(m40d.socket m40d.service)

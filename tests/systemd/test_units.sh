@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# test_units.sh - issue 20 acceptance 3: m40d's units, sysusers.d and tmpfiles.d files as
-# `meson install` puts them (generated from systemd/*.in for the build's prefix) under a
+# test_units.sh - issue 20 acceptance 3 (and issue 22's service setup): `meson install`
+# (units generated from systemd/*.in for the build's prefix, sysusers.d and tmpfiles.d
+# files applied by its install script), then `systemctl enable --now m40d.socket`, under a
 # real systemd (PID 1 of a systemd-nspawn container):
 #   - socket activation: m40d.socket listens, m40d.service starts on the first connection;
 #   - a user in group m40 (and not in m40d) runs `m40ctl submit`, again after m40d started
@@ -16,8 +17,9 @@
 # tmpfs on top: nothing is written to the host) with systemd.unit=sysinit.target (no
 # services of the host), a private network, and `--keep-unit --register=no` (no systemd on
 # the host to ask for a scope or to register with). The container gets a cgroup of its own
-# made here. `meson install --destdir` of the build tree is copied into the container's /,
-# its units linked into /etc/systemd/system; the checks then run inside (nsenter) with
+# made here. Inside (nsenter), `meson install` of the build tree (visible there: the host's
+# tree) installs onto the container's root as the README's service setup does, its
+# install script creating the user, group and directories; the checks then run with
 # systemctl, the settings written to the file the unit's ExecStart= names.
 # Not `systemd --user`: a user manager ignores User=, SocketUser=/SocketGroup= and most of
 # the sandboxing, and keeps RuntimeDirectory= in /run/user/UID, so it would not show what the
@@ -52,29 +54,31 @@ inside() {
         }
         active() { [ "$(systemctl show -P ActiveState "$1")" = "$2" ]; }
 
-        # install: the tree of meson install (binaries, units generated for its prefix,
-        # sysusers.d and tmpfiles.d files, m40d.ini), users, directories, model, settings.
+        # install: `meson install` of the build tree onto the container's root, as the
+        # README says (its install script creates user m40d, group m40 and m40d's
+        # directories and reloads systemd: checked here), then the model and settings.
         # Units outside systemd's search path (a prefix like /opt/m40) are linked in
         # (systemctl link), as their administrator would.
-        local f unit sysusers tmpfiles config
-        cp -a /m40stage/dest/. / || ifail "copying the installed tree"
+        local build f unit config
+        build=$(cat /m40stage/build)
+        meson install -C "$build" --no-rebuild >/m40install.log 2>&1 ||
+                { cat /m40install.log >&2; ifail "meson install"; }
         ldconfig
+        getent passwd m40d >/dev/null || ifail "meson install created no user m40d"
+        getent group m40 >/dev/null || ifail "meson install created no group m40"
+        [ "$(stat -c %U /var/lib/m40d/models 2>/dev/null)" = m40d ] ||
+                ifail "meson install made no /var/lib/m40d/models of m40d"
         for f in m40d.service m40d.socket; do
-                unit=$(cd /m40stage/dest && find . -path "*/systemd/system/$f" | head -n 1)
-                [ -n "$unit" ] || ifail "meson install put no $f"
-                unit=/${unit#./}
+                unit=$(meson introspect --installed "$build" | python3 -c '
+import json, sys
+print(next(v for v in json.load(sys.stdin).values() if v.endswith("/" + sys.argv[1])))' "$f") ||
+                        ifail "meson install puts no $f"
                 case ${unit%/*} in
                 /etc/systemd/system | /usr/local/lib/systemd/system | /usr/lib/systemd/system | \
                         /lib/systemd/system) ;;
                 *) systemctl link "$unit" || ifail "systemctl link $unit" ;;
                 esac
         done
-        sysusers=$(cd /m40stage/dest && find . -path '*/sysusers.d/m40d.conf' | head -n 1)
-        tmpfiles=$(cd /m40stage/dest && find . -path '*/tmpfiles.d/m40d.conf' | head -n 1)
-        { [ -n "$sysusers" ] && [ -n "$tmpfiles" ]; } || ifail "no sysusers.d or tmpfiles.d file"
-        systemd-sysusers "/${sysusers#./}" || ifail "systemd-sysusers"
-        systemd-tmpfiles --create "/${tmpfiles#./}" || ifail "systemd-tmpfiles"
-        systemctl daemon-reload
         config=$(systemctl cat m40d.service | sed -n 's/^ExecStart=.* -c \([^ ]*\).*/\1/p')
         [ -f "$config" ] || ifail "meson install put no $config (ExecStart's -c)"
         useradd -M -N -g nogroup -G m40 -s /usr/sbin/nologin m40-tester || ifail "useradd"
@@ -173,8 +177,7 @@ in_ns() {
         mount -t tmpfs -o mode=0755 tmpfs /run || fail "cannot mount a tmpfs on /run"
         mkdir -p "$work/root" "$work/stage"
         mount --bind / "$work/root" || fail "cannot bind-mount /"
-        meson install -C "$build" --no-rebuild --quiet --destdir "$work/stage/dest" \
-                >"$work/install.log" 2>&1 || { cat "$work/install.log"; fail "meson install"; }
+        echo "$build" >"$work/stage/build"
         cp "$model" "$work/stage/model.gguf"
         cp "$0" "$work/stage/test_units.sh"
 
