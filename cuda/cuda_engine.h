@@ -2,9 +2,10 @@
  *
  * Owns nothing beyond its constructor: the engine it returns is used only through the
  * m40_engine_* functions of daemon/engine/engine.h and freed with m40_engine_free().
- * It has the CPU engine's semantics (slots, the step policy of engine.h through the
- * same planner, daemon/engine/plan.c: decode first, prompts chunked by prefill_chunk and
- * max_batch_tokens; events, stop conditions, paged KV accounting of kv.h) and computes the
+ * It is the engine core of the CPU engine (daemon/engine/core.h: slots, the step policy
+ * of engine.h through the same planner, plan.c: decode first, prompts chunked by
+ * prefill_chunk and max_batch_tokens; events, stop conditions, KV pages and their
+ * reservation) over a forward pass and sampling on the device, and computes the
  * CPU engine's M40_ACT_F32 specification with one kernel launch per op, so greedy
  * continuations match the CPU engine run with M40_ACT_F32 and logits agree to FP32
  * rounding. Every logits row is sampled on the device by cuda/sample.h, the chain of
@@ -29,7 +30,7 @@ extern "C" {
  * open descriptor (m40_gguf_fd(): the small tensors through a mapping, the weights by the
  * loader, cuda/loader.h); its path is not opened again.
  *
- * lim may be NULL; every field 0 means the CPU engine's default (16 slots, max_ctx
+ * lim may be NULL; every field 0 means the engine core's default (16 slots, max_ctx
  * min(train ctx, 4096), page_tokens 16, max_batch_tokens 256) but kv_bytes: 0 sizes the
  * KV cache from the device, every page the GPU's free memory (or vram_limit_mb) leaves
  * room for after the weights, the scratch and the allocator's headrooms (cuda/alloc.h:

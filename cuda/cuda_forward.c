@@ -30,6 +30,7 @@
 #include "cuda/loader.h"
 #include "cuda/matvec.h"
 #include "cuda/ops.h"
+#include "engine/kv.h"
 #include "m40/error.h"
 
 /* Steps of fewer tokens than this (decode, short prompt chunks) run as CUDA graphs:

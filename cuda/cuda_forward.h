@@ -6,14 +6,15 @@
  * positions and block tables. The math is forward.c's in M40_ACT_F32 mode, one kernel
  * launch per op (cuda/ops.h, cuda/matvec.h; cuBLAS SGEMM on dequantized weight tiles for
  * steps of many tokens, cuda/gemm.h). Hyperparameters and the host copies of the
- * small vectors come from the CPU engine's struct m40_model (daemon/engine/model.h). */
+ * small vectors come from the model every engine shares (daemon/engine/model.h), the
+ * step's tokens from the engine core's planner (struct m40_fwd_tok, engine/types.h). */
 #ifndef M40_CUDA_CUDA_FORWARD_H
 #define M40_CUDA_CUDA_FORWARD_H
 
 #include <stdint.h>
 
-#include "engine/forward.h"
 #include "engine/model.h"
+#include "engine/types.h"
 
 struct m40_cuda_fwd;
 struct m40_cuda_alloc;

@@ -7,9 +7,11 @@
  * a sequence whose prompt is pending is prefilled in the same step, in chunks when long,
  * by the step policy below; a sequence the caller holds, m40_engine_hold(), waits) and
  * drains events (token ids, finish reasons, usage counts). Every engine (the CPU
- * reference, the per-op CUDA engine, the persistent kernel) implements struct
- * m40_engine_ops; callers use only the m40_engine_* functions. One thread drives an
- * engine at a time; engines do not print. */
+ * reference, the per-op CUDA engine, the persistent kernel) is the engine core
+ * (daemon/engine/core.h, which implements struct m40_engine_ops and owns admission, the
+ * step planner, stops, events and the KV pages) over its own forward pass and sampling;
+ * callers use only the m40_engine_* functions. One thread drives an engine at a time;
+ * engines do not print. */
 #ifndef M40_ENGINE_ENGINE_H
 #define M40_ENGINE_ENGINE_H
 
@@ -182,7 +184,6 @@ struct m40_engine_stats {
 struct m40_engine;
 
 struct m40_engine_ops {
-        const char *name;
         int (*admit)(struct m40_engine *e, const struct m40_seq_params *p, uint32_t *ret_id);
         int (*step)(struct m40_engine *e);
         size_t (*events)(struct m40_engine *e, struct m40_event *out, size_t max);

@@ -18,6 +18,7 @@
 
 #include "actq.h"
 #include "engine.h"
+#include "matmul.h"
 #include "ops.h"
 #include "quant.h"
 

@@ -13,13 +13,7 @@
 #include "kv.h"
 #include "model.h"
 #include "pool.h"
-
-struct m40_fwd_tok {
-        int32_t token;                 /* < n_vocab */
-        uint32_t pos;                  /* position in its sequence */
-        const struct m40_kv_table *kv; /* its sequence's pages */
-        int32_t logit_row;             /* row of the logits output to fill, or -1 */
-};
+#include "types.h"
 
 struct m40_fwd {
         const struct m40_model *m;

@@ -1,4 +1,5 @@
-/* kv.h - the paged KV-cache page manager, shared by the CPU and CUDA engines.
+/* kv.h - the paged KV-cache page manager of the engine core (core.h), shared by every
+ * engine.
  *
  * Owns page accounting only, not storage: a pool of n_pages page ids, each holding
  * page_tokens positions of every layer's K and V (the engine decides where page i lives),

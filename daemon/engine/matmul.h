@@ -1,7 +1,7 @@
 /* matmul.h - weight matrices of any supported GGML type times activations.
  *
- * Owns struct m40_weight (a borrowed view of one 2-D GGUF tensor) and the CPU engine's
- * matrix products, the operation that dominates decoding, in both activation modes:
+ * Owns the CPU engine's matrix products of struct m40_weight (types.h, a borrowed view of
+ * one 2-D GGUF tensor), the operation that dominates decoding, in both activation modes:
  * m40_cpu_matmul() keeps activations float32 (M40_ACT_F32, the contract the CUDA kernels
  * implement); m40_cpu_matmul_ggml() converts them first as ggml's CPU backend does
  * (M40_ACT_GGML, actq.h), which is what llama.cpp computes and faster on CPUs. */
@@ -12,16 +12,9 @@
 #include <stdint.h>
 
 #include "pool.h"
+#include "types.h"
 
 #define M40_MATMUL_CHUNK 1024 /* elements dequantized at a time (a multiple of 256) */
-
-struct m40_weight {
-        const void *data; /* n_out rows of row_bytes each, GGML blocks; borrowed */
-        uint32_t type;    /* enum m40_ggml_type */
-        uint32_t n_in;    /* ne[0]: row length, elements */
-        uint32_t n_out;   /* ne[1]: rows */
-        size_t row_bytes;
-};
 
 /* m40_cpu_dot - sum of a[i] * b[i] over n floats, in the engine's fixed summation order
  * (16 interleaved partial sums, then a fixed tree): every caller gets the same rounding. */

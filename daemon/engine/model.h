@@ -3,10 +3,11 @@
  * Borrows the parsed file (struct m40_gguf, which must outlive the model) and maps it
  * through the descriptor the parse kept open (m40_gguf_fd()): the file is opened and
  * parsed once, by whoever made the struct m40_gguf. Owns the memory map of the file, the
- * hyperparameters read from metadata, views of every weight matrix (struct m40_weight, borrowed
- * from the map) and float copies of the small vectors (norms, biases, rope frequency factors).
- * Rejects architectures other than llama and qwen2, missing tensors and tensors of the wrong shape
- * with a message. */
+ * hyperparameters read from metadata, views of every weight matrix (struct m40_weight,
+ * borrowed from the map) and float copies of the small vectors (norms, biases, rope
+ * frequency factors). Shared by the engines: its types are the core's (types.h), not the
+ * CPU engine's math headers. Rejects architectures other than llama and qwen2, missing
+ * tensors and tensors of the wrong shape with a message. */
 #ifndef M40_ENGINE_MODEL_H
 #define M40_ENGINE_MODEL_H
 
@@ -14,9 +15,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "matmul.h"
 #include "model/gguf.h"
-#include "ops.h"
+#include "types.h"
 
 enum m40_arch {
         M40_ARCH_LLAMA = 0,

@@ -12,17 +12,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "types.h"
+
 /* m40_cpu_rmsnorm - y[i] = x[i] / sqrt(mean(x^2) + eps) * w[i] for i < n (mean summed in
  * double, as ggml); w may be NULL (no weight). y may equal x. */
 void m40_cpu_rmsnorm(const float *x, const float *w, size_t n, float eps, float *y);
-
-struct m40_rope {
-        uint32_t n_rot;            /* leading dimensions of each head that rotate (even) */
-        float freq_base;           /* theta base, e.g. 10000 */
-        float freq_scale;          /* 1 / linear scaling factor; 1 when none */
-        bool neox;                 /* pairs (i, i + n_rot/2) instead of (2i, 2i + 1) */
-        const float *freq_factors; /* (n_rot / 2) divisors of theta, or NULL (llama3 rope_freqs) */
-};
 
 /* m40_cpu_rope - rotate x (n_heads, head_dim) in place for position pos. theta for pair i
  * is pos * freq_base^(-2i/n_rot) * freq_scale / freq_factors[i], stepped in float as

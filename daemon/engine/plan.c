@@ -1,4 +1,4 @@
-/* plan.c - the step planner of the CPU and CUDA engines (see plan.h): decode tokens first,
+/* plan.c - the engine core's step planner (see plan.h): decode tokens first,
  * then prompts, oldest first, within max_batch_tokens; beside decode tokens, short prompts
  * go whole and the longer ones share prefill_chunk. */
 #include "plan.h"

@@ -1,6 +1,6 @@
-/* plan.h - the step planner that the CPU and CUDA engines share: which tokens of which
- * sequences the next forward pass carries. It is the one copy of the scheduling policy
- * that engine.h states (m40_engine_limits.prefill_chunk):
+/* plan.h - the engine core's step planner (core.h), the one every engine uses: which
+ * tokens of which sequences the next forward pass carries. It is the one copy of the scheduling
+ * policy that engine.h states (m40_engine_limits.prefill_chunk):
  *
  * 1. Decode first: every runnable sequence (m40_seq_runnable()) whose prompt is done gets
  *    its one next token, in slot order, while the step has room (max_batch_tokens).
@@ -25,9 +25,9 @@
 #include <stdint.h>
 
 #include "engine.h"
-#include "forward.h"
 #include "kv.h"
 #include "seqs.h"
+#include "types.h"
 
 /* What a planner works on, all borrowed from the engine, which fills it once. */
 struct m40_plan {

@@ -1,4 +1,4 @@
-/* seqs.c - the per-sequence bookkeeping that the CPU and CUDA engines share (see seqs.h):
+/* seqs.c - the per-sequence bookkeeping of the engine core (see seqs.h):
  * request validation, slot admission, stop conditions and the event queue. */
 #include "seqs.h"
 

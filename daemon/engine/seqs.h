@@ -1,9 +1,10 @@
-/* seqs.h - the per-sequence bookkeeping that the CPU and CUDA engines share.
+/* seqs.h - the per-sequence bookkeeping of the engine core (core.h), which every engine
+ * shares.
  *
  * Owns the sequence slot (struct m40_seq) and what depends only on it and the limits:
  * validation of struct m40_seq_params, the choice and filling of a slot at admit, the stop
  * conditions (stop ids, stop strings, max_tokens, context), the engine's event queue and
- * the slot lookups. The engines keep the scheduler, the forward pass and sampling. */
+ * the slot lookups. The engine core (core.h) drives it. */
 #ifndef M40_ENGINE_SEQS_H
 #define M40_ENGINE_SEQS_H
 
