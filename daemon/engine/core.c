@@ -1,6 +1,6 @@
 /* core.c - the engine core (see core.h): the engine interface over a backend's forward
- * pass and sampling, the limits' common defaults, admission, the step and its
- * statistics. */
+ * pass and sampling, the limits' common defaults, admission with KV reservation, the
+ * step and its statistics. */
 #include "core.h"
 
 #include <errno.h>
@@ -21,13 +21,52 @@ static double now_s(void)
         return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* kv_positions - the positions a reserved sequence of p may reach: its prompt and
+ * max_tokens (0: the context), within max_ctx. */
+static uint32_t kv_positions(const struct m40_core *c, const struct m40_seq_params *p)
+{
+        const uint64_t n =
+                (uint64_t)p->n_prompt + (p->stop.max_tokens ? p->stop.max_tokens : c->lim.max_ctx);
+
+        return n < c->lim.max_ctx ? (uint32_t)n : c->lim.max_ctx;
+}
+
+static uint32_t pages_of(const struct m40_core *c, uint32_t positions)
+{
+        return (uint32_t)(((uint64_t)positions + c->lim.page_tokens - 1) / c->lim.page_tokens);
+}
+
+static uint32_t core_kv_need(struct m40_engine *base, const struct m40_seq_params *p)
+{
+        const struct m40_core *c = (struct m40_core *)base;
+
+        return pages_of(c, kv_positions(c, p));
+}
+
 static int core_admit(struct m40_engine *base, const struct m40_seq_params *p, uint32_t *ret_id)
 {
         struct m40_core *c = (struct m40_core *)base;
+        const uint32_t n_vocab = c->m->n_vocab;
         struct m40_seq *s;
-        int r = m40_seq_admit(c->seqs, &c->lim, c->m->n_vocab, p, &c->next_id, &c->next_order, &s);
+        int r = m40_seq_check_params(p, n_vocab, &c->lim);
+
         if (r)
                 return r;
+        if (p->kv_reserve && pages_of(c, kv_positions(c, p)) >
+                                     m40_kv_pages_total(c->pages) - m40_kv_pages_used(c->pages))
+                return -ENOSPC;
+        r = m40_seq_admit(c->seqs, &c->lim, n_vocab, p, &c->next_id, &c->next_order, &s);
+        if (r)
+                return r;
+        if (p->kv_reserve) {
+                r = m40_kv_table_reserve(c->pages, &s->kv, kv_positions(c, p));
+                if (r) { /* -ENOMEM: the slot goes back unused, its id is spent */
+                        m40_seq_finish(c->pages, s);
+                        s->state = M40_SEQ_FREE;
+                        return r;
+                }
+                s->kv_reserve = kv_positions(c, p);
+        }
         if (c->be->admitted)
                 c->be->admitted(c, s);
         *ret_id = s->id;
@@ -100,11 +139,34 @@ static int core_cancel(struct m40_engine *base, uint32_t id)
         return m40_seq_cancel(c->seqs, c->lim.max_seqs, c->pages, &c->evq, id);
 }
 
+/* core_hold - m40_engine_hold(); a reserved sequence gives back the pages past the
+ * positions it has filled while held and takes them again on release. */
 static int core_hold(struct m40_engine *base, uint32_t id, bool hold)
 {
         struct m40_core *c = (struct m40_core *)base;
+        struct m40_seq *s = m40_seq_find(c->seqs, c->lim.max_seqs, id, true);
+        int r;
 
+        if (!s)
+                return -ENOENT;
+        if (hold == s->held)
+                return 0;
+        if (s->kv_reserve && hold) {
+                m40_kv_table_trim(c->pages, &s->kv, s->n_past);
+        } else if (s->kv_reserve) {
+                r = m40_kv_table_reserve(c->pages, &s->kv, s->kv_reserve);
+                if (r)
+                        return r;
+        }
         return m40_seq_hold(c->seqs, c->lim.max_seqs, id, hold);
+}
+
+static int core_kv_pages(struct m40_engine *base, uint32_t id)
+{
+        struct m40_core *c = (struct m40_core *)base;
+        const struct m40_seq *s = m40_seq_find(c->seqs, c->lim.max_seqs, id, true);
+
+        return s ? (int)s->kv.n_pages : -ENOENT;
 }
 
 static int core_logits(struct m40_engine *base, uint32_t id, float *out, size_t n)
@@ -161,6 +223,8 @@ static const struct m40_engine_ops core_ops = {
         .events = core_events,
         .cancel = core_cancel,
         .hold = core_hold,
+        .kv_need = core_kv_need,
+        .kv_pages = core_kv_pages,
         .logits = core_logits,
         .stats = core_stats,
         .model = core_model,

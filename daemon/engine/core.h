@@ -10,6 +10,22 @@
  * CPU engine's thread pool and KV storage; the CUDA engine's device model, KV pool and
  * sampler buffers).
  *
+ * KV reservation. The core is the one owner of the KV pages: pages are taken only into
+ * sequences' block tables (struct m40_kv_table), from one pool of kv_pages_total pages,
+ * and kv_pages_used (m40_engine_stats()) counts the pages in tables. A sequence is
+ * admitted in one of two ways (struct m40_seq_params.kv_reserve):
+ * - reserved: admission takes the pages of every position the sequence may reach
+ *   (m40_engine_kv_need()) into its block table at once, so the table is whole from
+ *   admission (what a device-side ring of sequences needs) and the sequence never ends
+ *   with M40_FINISH_KV; admission fails with -ENOSPC, changing nothing, when the pool's
+ *   free pages do not cover it. Holding the sequence gives back the pages beyond the
+ *   positions it has filled; releasing it takes them again, or fails with -ENOSPC and
+ *   leaves it held.
+ * - growing (the default): the planner extends the table page by page as positions are
+ *   fed; a sequence whose next positions find no free page ends with M40_FINISH_KV.
+ * m40d's scheduler admits reserved sequences only, and asks the engine (admit, hold,
+ * m40_engine_kv_need(), m40_engine_kv_pages()) instead of counting pages itself.
+ *
  * Construction is in two phases, because the KV pool's size may depend on the backend
  * (the CUDA engine sizes it from the device's free memory): m40_core_open() loads the
  * model and resolves the limits, the backend builds its part and says how many pages it

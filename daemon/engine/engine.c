@@ -52,6 +52,16 @@ int m40_engine_hold(struct m40_engine *e, uint32_t id, bool hold)
         return e->ops->hold(e, id, hold);
 }
 
+uint32_t m40_engine_kv_need(struct m40_engine *e, const struct m40_seq_params *p)
+{
+        return e->ops->kv_need(e, p);
+}
+
+int m40_engine_kv_pages(struct m40_engine *e, uint32_t id)
+{
+        return e->ops->kv_pages(e, id);
+}
+
 int m40_engine_logits(struct m40_engine *e, uint32_t id, float *out, size_t n)
 {
         return e->ops->logits(e, id, out, n);

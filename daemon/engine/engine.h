@@ -58,6 +58,11 @@ struct m40_seq_params {
         struct m40_sampling sampling;
         struct m40_stop stop;
         bool keep_logits; /* keep the logits of the last step for m40_engine_logits() */
+        /* Reserve at admission the KV pages of every position the sequence may reach
+         * (m40_engine_kv_need()): its block table is whole from admission and it never
+         * ends with M40_FINISH_KV; admit fails with -ENOSPC when they are not free. false:
+         * the pages are taken as positions are fed (see m40_engine_admit()). */
+        bool kv_reserve;
 };
 
 enum m40_finish {
@@ -172,7 +177,8 @@ struct m40_engine_model {
 struct m40_engine_stats {
         uint32_t active_seqs;
         /* The KV cache: pages in the pool (fixed at creation: the size the engine chose),
-         * in use, positions per page; memory = pages * kv_page_bytes. */
+         * in use (in sequences' block tables: filled, or reserved by kv_reserve), positions
+         * per page; memory = pages * kv_page_bytes. */
         uint32_t kv_pages_total, kv_pages_used, kv_page_tokens;
         uint64_t kv_page_bytes; /* memory of one page (all layers, K and V) */
         uint64_t steps, prompt_tokens, generated_tokens; /* since creation */
@@ -189,6 +195,8 @@ struct m40_engine_ops {
         size_t (*events)(struct m40_engine *e, struct m40_event *out, size_t max);
         int (*cancel)(struct m40_engine *e, uint32_t id);
         int (*hold)(struct m40_engine *e, uint32_t id, bool hold);
+        uint32_t (*kv_need)(struct m40_engine *e, const struct m40_seq_params *p);
+        int (*kv_pages)(struct m40_engine *e, uint32_t id);
         int (*logits)(struct m40_engine *e, uint32_t id, float *out, size_t n);
         void (*stats)(struct m40_engine *e, struct m40_engine_stats *ret);
         void (*model)(struct m40_engine *e, struct m40_engine_model *ret);
@@ -204,11 +212,27 @@ struct m40_engine {
 struct m40_sampling m40_sampling_default(void);
 struct m40_stop m40_stop_default(void);
 
-/* m40_engine_admit - queue a sequence. Returns 0 and its id in *ret_id (ids are never
- * reused within an engine); -EBUSY when every slot is taken, -EINVAL for an empty or
- * out-of-vocabulary prompt or bad parameters, -E2BIG when the prompt does not fit
- * max_ctx, M40_EUNSUPPORTED for stop strings without a detokenizer. */
+/* m40_engine_admit - queue a sequence. Its KV pages (the engine owns them all): with
+ * p->kv_reserve, every page it may need is taken now (m40_engine_kv_need()); without, the
+ * pages are taken as its positions are fed, and when none is free for them it ends with
+ * M40_FINISH_KV. Returns 0 and its id in *ret_id (ids are never reused within an engine);
+ * -EBUSY when every slot is taken, -ENOSPC when p->kv_reserve and the free KV pages do
+ * not cover it now (it may later: compare m40_engine_kv_need() with kv_pages_total),
+ * -EINVAL for an empty or out-of-vocabulary prompt or bad parameters, -E2BIG when the
+ * prompt does not fit max_ctx, M40_EUNSUPPORTED for stop strings without a detokenizer,
+ * -ENOMEM; on failure no sequence is admitted and no KV page is taken. */
 int m40_engine_admit(struct m40_engine *e, const struct m40_seq_params *p, uint32_t *ret_id);
+
+/* m40_engine_kv_need - the KV pages that admitting p with kv_reserve takes: those of its
+ * prompt and max_tokens (0: up to the context), at most max_ctx positions. Reads only;
+ * p need not be valid. */
+uint32_t m40_engine_kv_need(struct m40_engine *e, const struct m40_seq_params *p);
+
+/* m40_engine_kv_pages - the KV pages active sequence id holds now: its reservation
+ * (m40_engine_kv_need()), or while it is held those of the positions it has filled; for
+ * a sequence admitted without kv_reserve, those of the positions fed so far. -ENOENT when
+ * id is not active. */
+int m40_engine_kv_pages(struct m40_engine *e, uint32_t id);
 
 /* m40_engine_step - advance every active sequence that is not held by one token
  * (a sequence whose prompt is pending gets the next chunk of it instead, by the step
@@ -221,7 +245,8 @@ int m40_engine_step(struct m40_engine *e);
 size_t m40_engine_events(struct m40_engine *e, struct m40_event *out, size_t max);
 
 /* m40_engine_cancel - finish sequence id with M40_FINISH_CANCEL (an event follows) and
- * free its slot and KV pages. Returns 0, or -ENOENT when id is not active. */
+ * free its slot and KV pages (reserved ones included). Returns 0, or -ENOENT when id is
+ * not active. */
 int m40_engine_cancel(struct m40_engine *e, uint32_t id);
 
 /* m40_engine_hold - hold (true) or release (false) the active sequence id. A held
@@ -230,8 +255,11 @@ int m40_engine_cancel(struct m40_engine *e, uint32_t id);
  * m40_engine_cancel() still ends it. Holding only delays: a held and released sequence
  * produces exactly the tokens it would have produced unheld. A step in which every active
  * sequence is held does nothing and is not counted in the stats. Holding a held sequence,
- * or releasing one that is not held, changes nothing. Returns 0, or -ENOENT when id is not
- * active. (The daemon holds a sequence whose client does not read its events.) */
+ * or releasing one that is not held, changes nothing. A sequence admitted with kv_reserve
+ * keeps only the pages of the positions it has filled while held, and its release takes
+ * the rest again: when they are not free, the release fails with -ENOSPC and it stays
+ * held. Returns 0, -ENOSPC, or -ENOENT when id is not active. (The daemon holds a
+ * sequence whose client does not read its events.) */
 int m40_engine_hold(struct m40_engine *e, uint32_t id, bool hold);
 
 /* m40_engine_logits - copy the logits (n_vocab floats) that produced sequence id's last

@@ -83,10 +83,18 @@ int m40_kv_table_reserve(struct m40_kv_pages *p, struct m40_kv_table *t, uint32_
         return 0;
 }
 
+void m40_kv_table_trim(struct m40_kv_pages *p, struct m40_kv_table *t, uint32_t n_tokens)
+{
+        const uint32_t keep =
+                (uint32_t)(((uint64_t)n_tokens + p->page_tokens - 1) / p->page_tokens);
+
+        while (t->n_pages > keep)
+                p->free_ids[p->n_free++] = t->pages[--t->n_pages];
+}
+
 void m40_kv_table_release(struct m40_kv_pages *p, struct m40_kv_table *t)
 {
-        while (t->n_pages)
-                p->free_ids[p->n_free++] = t->pages[--t->n_pages];
+        m40_kv_table_trim(p, t, 0);
 }
 
 void m40_kv_table_done(struct m40_kv_pages *p, struct m40_kv_table *t)

@@ -1,5 +1,5 @@
-/* kv.h - the paged KV-cache page manager of the engine core (core.h), shared by every
- * engine.
+/* kv.h - the paged KV-cache page manager of the engine core (core.h, which owns the
+ * reservation policy), shared by every engine.
  *
  * Owns page accounting only, not storage: a pool of n_pages page ids, each holding
  * page_tokens positions of every layer's K and V (the engine decides where page i lives),
@@ -33,6 +33,10 @@ uint32_t m40_kv_pages_page_tokens(const struct m40_kv_pages *p);
 /* m40_kv_table_reserve - make t hold pages for positions [0, n_tokens). Returns 0;
  * -ENOSPC when the pool has too few free pages, or -ENOMEM; on failure t is unchanged. */
 int m40_kv_table_reserve(struct m40_kv_pages *p, struct m40_kv_table *t, uint32_t n_tokens);
+
+/* m40_kv_table_trim - return the pages of t past those positions [0, n_tokens) need to
+ * p, keeping the rest in order; nothing when t holds no more. */
+void m40_kv_table_trim(struct m40_kv_pages *p, struct m40_kv_table *t, uint32_t n_tokens);
 
 /* m40_kv_table_release - return every page of t to p; t stays usable (empty). */
 void m40_kv_table_release(struct m40_kv_pages *p, struct m40_kv_table *t);

@@ -75,6 +75,7 @@ int m40_seq_admit(struct m40_seq *seqs, const struct m40_engine_limits *lim, uin
         s->keep_logits = p->keep_logits;
         s->has_logits = false;
         s->held = false;
+        s->kv_reserve = 0;
         s->tail_len = 0;
         s->id = (*next_id)++;
         s->order = (*next_order)++;

@@ -4,7 +4,7 @@
  * Owns the sequence slot (struct m40_seq) and what depends only on it and the limits:
  * validation of struct m40_seq_params, the choice and filling of a slot at admit, the stop
  * conditions (stop ids, stop strings, max_tokens, context), the engine's event queue and
- * the slot lookups. The engine core (core.h) drives it. */
+ * the slot lookups. The engine core (core.h) drives it; KV reservation is the core's. */
 #ifndef M40_ENGINE_SEQS_H
 #define M40_ENGINE_SEQS_H
 
@@ -27,6 +27,7 @@ struct m40_seq {
         int32_t *toks;  /* prompt then generated, (cap) */
         uint32_t n_toks, cap, n_prompt, n_past, n_gen;
         struct m40_kv_table kv;
+        uint32_t kv_reserve; /* positions reserved at admission (core.h); 0: growing */
         struct m40_sampling sampling;
         struct m40_stop stop;
         uint64_t rng;

@@ -1,7 +1,7 @@
-/* sched.c - the scheduler (see sched.h): clients and their requests, fair admission with
- * KV reservation and per-client caps, engine steps, turning engine events into text,
- * delivery into rings, holding and resuming the sequences of clients that do not read,
- * and the hold timeout. */
+/* sched.c - the scheduler (see sched.h): clients and their requests, fair admission
+ * within the engine's KV reservation and per-client caps, engine steps, turning engine
+ * events into text, delivery into rings, holding and resuming the sequences of clients
+ * that do not read, and the hold timeout. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,7 +36,6 @@ int m40_sched_new(const struct m40d_config *cfg, struct m40_engine *e, const str
         m40_engine_model(e, &s->model);
         m40_engine_stats(e, &st);
         s->pages_total = st.kv_pages_total;
-        s->page_tokens = st.kv_page_tokens ? st.kv_page_tokens : 16;
         s->max_ctx = cfg->max_context;
         if (!s->max_ctx)
                 s->max_ctx = s->model.n_ctx_train && s->model.n_ctx_train < 4096
@@ -107,14 +106,6 @@ static void count_hold(struct m40_sched *s, struct req *r, bool held)
         }
 }
 
-/* Sets r's KV reservation to pages; its client's and the total follow. */
-static void reserve(struct m40_sched *s, struct req *r, uint32_t pages)
-{
-        s->pages_reserved = s->pages_reserved - r->pages + pages;
-        r->cl->pages = r->cl->pages - r->pages + pages;
-        r->pages = pages;
-}
-
 /* Takes an ACTIVE request out of the engine's bookkeeping (its slot and pages). */
 static void unadmit(struct m40_sched *s, struct req *r)
 {
@@ -126,7 +117,6 @@ static void unadmit(struct m40_sched *s, struct req *r)
         }
         s->n_active--;
         r->cl->n_active--;
-        reserve(s, r, 0);
         count_hold(s, r, false); /* the engine's finish or cancel dropped the hold */
 }
 
@@ -317,27 +307,18 @@ static void read_clients(struct m40_sched *s)
         s->parse_resume_ns = t + (t - t0);
 }
 
-static uint32_t pages_of(const struct m40_sched *s, uint64_t pos)
+/* client_pages - the KV pages c's sequences hold in the engine (the engine's figures: a
+ * running sequence's reservation, a held one's filled pages). */
+static uint32_t client_pages(const struct m40_sched *s, const struct m40_sched_client *c)
 {
-        if (pos > s->max_ctx)
-                pos = s->max_ctx;
-        return (uint32_t)((pos + s->page_tokens - 1) / s->page_tokens);
-}
+        uint32_t n = 0;
 
-/* pages_for - the KV pages r needs at most: its prompt and max_tokens, within the context. */
-static uint32_t pages_for(const struct m40_sched *s, const struct req *r)
-{
-        return pages_of(s, (uint64_t)r->p.n_prompt + r->p.stop.max_tokens);
-}
+        for (const struct req *r = c->n_active ? c->reqs : NULL; r; r = r->next) {
+                int k = r->state == REQ_ACTIVE ? m40_engine_kv_pages(s->e, r->seq) : 0;
 
-/* pages_filled - at least the KV pages r's sequence holds in the engine now: one per
- * page_tokens of its prompt and generated tokens (the engine has written fewer: the last
- * token's, and a prompt's pending chunks', not yet). */
-static uint32_t pages_filled(const struct m40_sched *s, const struct req *r)
-{
-        uint32_t n = pages_of(s, (uint64_t)r->p.n_prompt + r->n_gen), all = pages_for(s, r);
-
-        return n < all ? n : all;
+                n += k > 0 ? (uint32_t)k : 0;
+        }
+        return n;
 }
 
 /* decoding - active sequences that are not held: those that take part in steps. */
@@ -366,7 +347,8 @@ static bool may_admit(const struct m40_sched *s, struct m40_sched_client *c)
 
         if (!r || c->broken || c->n_held || c->n_active >= s->cfg.max_sequences_per_client)
                 return false;
-        if (c->n_active && c->pages + pages_for(s, r) > s->pages_per_client)
+        if (c->n_active &&
+            client_pages(s, c) + m40_engine_kv_need(s->e, &r->p) > s->pages_per_client)
                 return false;
         return !has_backlog(c);
 }
@@ -386,27 +368,22 @@ static struct m40_sched_client *pick_client(struct m40_sched *s)
 }
 
 /* hold - holds r's sequence (its client's ring is full): it leaves the decoding
- * sequences and keeps reserved only the KV pages it has filled, which it keeps. */
+ * sequences, and the engine keeps only the KV pages it has filled. */
 static void hold(struct m40_sched *s, struct req *r)
 {
         if (m40_engine_hold(s->e, r->seq, true))
                 return;
         count_hold(s, r, true);
-        reserve(s, r, pages_filled(s, r));
 }
 
-/* resume - releases held r (its client has read everything) when a decoding place and
- * the rest of its KV pages are free; returns whether it did. */
+/* resume - releases held r (its client has read everything) when a decoding place is
+ * free and the engine can reserve the rest of its KV pages again (else -ENOSPC: it stays
+ * held); returns whether it did. */
 static bool resume(struct m40_sched *s, struct req *r)
 {
-        uint32_t need = pages_for(s, r);
-
-        if (decoding(s) >= s->cfg.max_sequences ||
-            s->pages_reserved - r->pages + need > s->pages_total ||
-            m40_engine_hold(s->e, r->seq, false))
+        if (decoding(s) >= s->cfg.max_sequences || m40_engine_hold(s->e, r->seq, false))
                 return false;
         count_hold(s, r, false);
-        reserve(s, r, need);
         return true;
 }
 
@@ -462,13 +439,12 @@ static void admit(struct m40_sched *s)
                 struct m40_sched_client *c = pick_client(s);
                 struct req *r = c ? first_queued(c) : NULL;
                 struct m40_proto_ev *e;
-                uint32_t need, slot = 0;
+                uint32_t slot = 0;
                 int k;
 
                 if (!r)
                         return;
-                need = pages_for(s, r);
-                if (need > s->pages_total) {
+                if (m40_engine_kv_need(s->e, &r->p) > s->pages_total) {
                         c->n_queued--;
                         s->n_queued--;
                         req_error(r, M40_ELIMIT,
@@ -476,11 +452,10 @@ static void admit(struct m40_sched *s)
                                   "daemon has");
                         continue;
                 }
-                if (s->pages_reserved + need > s->pages_total)
-                        return; /* wait for pages; later clients wait too (no overtaking) */
+                r->p.kv_reserve = true; /* the engine reserves its pages, or says -ENOSPC */
                 k = m40_engine_admit(s->e, &r->p, &r->seq);
-                if (k == -EBUSY)
-                        return;
+                if (k == -EBUSY || k == -ENOSPC)
+                        return; /* wait for a slot or pages; later clients wait too */
                 c->n_queued--;
                 s->n_queued--;
                 s->rr = c->next;
@@ -493,7 +468,6 @@ static void admit(struct m40_sched *s)
                 s->active[slot] = r;
                 s->n_active++;
                 c->n_active++;
-                reserve(s, r, need);
                 r->state = REQ_ACTIVE;
                 e = req_event(r, M40_PROTO_EV_ADMITTED);
                 if (e) {

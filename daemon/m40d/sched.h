@@ -4,9 +4,13 @@
  * Continuous batching: requests are admitted into the engine between steps whenever a
  * decoding place (max_sequences), an engine slot and enough KV pages (prompt + max_tokens,
  * reserved up front so a running sequence never runs out) are free; the rest wait in
- * per-client queues. Admission is fair: the next request comes from the client with the
+ * per-client queues. The engine owns the KV pages and their reservation (engine.h
+ * kv_reserve, daemon/engine/core.h): the scheduler admits every sequence with kv_reserve,
+ * waits when the engine answers -ENOSPC, and asks it for the figures its policy needs
+ * (m40_engine_kv_need(), m40_engine_kv_pages()); it keeps no page count of its own.
+ * Admission is fair: the next request comes from the client with the
  * fewest sequences in the engine, ties broken round-robin, and a client gets no new
- * sequence while it has max_sequences_per_client of them or its sequences reserve
+ * sequence while it has max_sequences_per_client of them or its sequences hold
  * max_kv_percent_per_client of the KV pages (its first sequence excepted), so a client
  * with many requests cannot starve the others.
  *
@@ -16,9 +20,10 @@
  * no new sequence meanwhile. A held sequence needs its KV pages, not a place in the step:
  * the engine has held_sequences slots beyond max_sequences (m40d's main sizes it so), a
  * held sequence leaves the max_sequences that decode (runnable requests do not wait behind
- * it) and keeps reserved only the KV pages it has filled. When its client has read
- * everything, it decodes on as soon as a decoding place and the rest of its KV pages are
- * free again, before any new request is admitted; until then it stays held. The engine
+ * it) and the engine keeps only the KV pages it has filled. When its client has read
+ * everything, it decodes on as soon as a decoding place is free and the engine can
+ * reserve the rest of its KV pages again, before any new request is admitted; until then
+ * it stays held. The engine
  * is never asked for more than hold and release, so holding only delays: the sequence
  * produces exactly the tokens it would have produced unheld. A sequence held for
  * hold_timeout seconds without its client reading any event is cancelled: its slot and

@@ -21,7 +21,6 @@ struct req {
         struct m40_seq_params p; /* p.prompt points at prompt */
         int32_t *prompt;
         uint32_t seq;   /* engine sequence id while ACTIVE */
-        uint32_t pages; /* KV pages reserved while ACTIVE (while held: those it filled) */
         uint32_t n_gen; /* tokens generated so far (the engine's events) */
         uint64_t t_submit_ns;
         struct m40_detok *detok;
@@ -46,7 +45,6 @@ struct m40_sched_client {
         struct req *reqs, *last;
         uint32_t n_reqs, n_active, n_queued;
         uint32_t n_held; /* of n_active */
-        uint32_t pages;  /* KV pages its active requests reserve */
         bool ev_waiting; /* we raised the region's ev_waiting word */
         int broken;
         uint64_t vtime; /* ns of parsing charged to it (read_clients' fair order) */
@@ -62,8 +60,9 @@ struct m40_sched {
         struct req **active;                   /* (n_slots) */
         uint32_t n_slots; /* the engine's slots: max_sequences + held_sequences */
         uint32_t n_active, n_queued, n_clients;
-        uint32_t n_held; /* active requests whose sequence is held */
-        uint32_t pages_total, pages_reserved, page_tokens, max_ctx;
+        uint32_t n_held;      /* active requests whose sequence is held */
+        uint32_t pages_total; /* the engine's KV pages (reserved by it at admission) */
+        uint32_t max_ctx;
         uint32_t pages_per_client; /* max_kv_percent_per_client of pages_total */
         uint64_t requests;
         uint8_t *payload; /* (max_request_bytes) copy of one submission's payload */

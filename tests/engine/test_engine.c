@@ -1,5 +1,6 @@
 /* test_engine.c - the engine interface on the CPU engine: admission errors, KV page
  * accounting through admit/step/finish/cancel (every page comes back), KV exhaustion,
+ * KV reservation at admission (kv_reserve: admit, hold, release, -ENOSPC),
  * stop conditions (max tokens, stop ids, EOS), and the sampler (same seed -> same tokens,
  * top-k 1 == greedy, penalties change the choice, filters keep the draw in the top set).
  *
@@ -177,6 +178,74 @@ static void test_kv_exhaustion(void)
         CHECK(st.kv_pages_used == 0, "pages back after KV exhaustion (%u)", st.kv_pages_used);
         m40_engine_free(e);
         printf("kv exhaustion: finish reason %u, pages returned: done\n", why[b]);
+}
+
+/* used - the KV pages in use now. */
+static uint32_t used(struct m40_engine *e)
+{
+        struct m40_engine_stats st;
+
+        m40_engine_stats(e, &st);
+        return st.kv_pages_used;
+}
+
+/* test_kv_reserve - kv_reserve (core.h): admission takes every page the sequence may
+ * need or fails with -ENOSPC changing nothing; holding gives back the unfilled pages and
+ * releasing takes them again or fails with -ENOSPC (still held); a reserved sequence
+ * never ends with M40_FINISH_KV, a growing one beside it does. */
+static void test_kv_reserve(void)
+{
+        struct m40_engine *e = engine(1, 0);
+        struct m40_engine_stats st;
+        int32_t prompt[100];
+        uint32_t a, b, c, g, ntok[64] = {0}, why[64] = {0};
+        struct m40_seq_params p;
+
+        m40_engine_stats(e, &st);
+        m40_engine_free(e);
+        e = engine(3, st.kv_page_bytes * 10); /* 10 pages of 16 positions */
+        for (int i = 0; i < 100; i++)
+                prompt[i] = 1 + i % 50;
+        p = params(prompt, 20, 40);
+        p.kv_reserve = true;
+        CHECK(m40_engine_kv_need(e, &p) == pages_for(60), "need: %u", m40_engine_kv_need(e, &p));
+        p.stop.max_tokens = 0;
+        CHECK(m40_engine_kv_need(e, &p) == pages_for(128), "need up to the context");
+        p.stop.max_tokens = 40;
+        CHECK(m40_engine_admit(e, &p, &a) == 0 && m40_engine_admit(e, &p, &b) == 0, "admit a, b");
+        CHECK(used(e) == 8 && m40_engine_kv_pages(e, a) == 4, "reserved at admission (%u used)",
+              used(e));
+        CHECK(m40_engine_admit(e, &p, &c) == -ENOSPC && used(e) == 8, "c does not fit now");
+        m40_engine_stats(e, &st);
+        CHECK(st.active_seqs == 2, "a refused admission takes no slot (%u)", st.active_seqs);
+        for (int k = 0; k < 3; k++) /* prompts in, 3 tokens each: 22 positions filled */
+                CHECK(m40_engine_step(e) == 2, "step %d", k);
+        drain(e, ntok, why);
+        CHECK(used(e) == 8, "reserved tables do not grow (%u)", used(e));
+        CHECK(m40_engine_hold(e, a, true) == 0 && m40_engine_kv_pages(e, a) == 2 && used(e) == 6,
+              "held a keeps its 2 filled pages (%d, %u used)", m40_engine_kv_pages(e, a), used(e));
+        CHECK(m40_engine_admit(e, &p, &c) == 0 && used(e) == 10, "c takes the freed pages");
+        CHECK(m40_engine_hold(e, a, false) == -ENOSPC && used(e) == 10, "a cannot go on yet");
+        CHECK(m40_engine_step(e) == 3, "step with a held");
+        drain(e, ntok, why);
+        CHECK(ntok[a] == 3, "held a produced nothing (%u)", ntok[a]);
+        CHECK(m40_engine_cancel(e, c) == 0 && m40_engine_hold(e, a, false) == 0 &&
+                      m40_engine_kv_pages(e, a) == 4 && used(e) == 8,
+              "a takes its pages again once c is gone (%u used)", used(e));
+        CHECK(m40_engine_kv_pages(e, c) == -ENOENT, "no pages for an ended sequence");
+        p = params(prompt, 100, 20); /* growing: needs 8 pages, 2 are free */
+        CHECK(m40_engine_admit(e, &p, &g) == 0, "admit a growing sequence");
+        while (m40_engine_step(e) > 0)
+                drain(e, ntok, why);
+        drain(e, ntok, why);
+        CHECK(why[a] == M40_FINISH_LENGTH && ntok[a] == 40 && why[b] == M40_FINISH_LENGTH &&
+                      ntok[b] == 40,
+              "reserved sequences run to max_tokens (%u %u, %u %u)", why[a], ntok[a], why[b],
+              ntok[b]);
+        CHECK(why[g] == M40_FINISH_KV, "the growing one runs out of pages (finish %u)", why[g]);
+        CHECK(used(e) == 0, "every page back (%u)", used(e));
+        m40_engine_free(e);
+        printf("kv reservation at admission, hold and release: done\n");
 }
 
 static void gen(struct m40_engine *e, const struct m40_sampling *s, int32_t *out, uint32_t n,
@@ -360,6 +429,7 @@ int main(int argc, char **argv)
         test_admission();
         test_kv_accounting();
         test_kv_exhaustion();
+        test_kv_reserve();
         test_sampling();
         printf("%s\n", failures ? "FAILED" : "all passed");
         return failures ? 1 : 0;
