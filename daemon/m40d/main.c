@@ -69,7 +69,8 @@ static void usage(FILE *f)
               "                      STORE is $M40_MODELS if set, else " M40_ROOT_STORE "\n"
               "                      for root, else $XDG_DATA_HOME/m40/models\n"
               "                      (~/.local/share/m40/models); m40ctl pull/list/rm\n"
-              "                      manage it.\n"
+              "                      manage it. A NAME has at most 200 bytes, no control\n"
+              "                      characters, and does not start with '.'.\n"
               "      --check-config  Validate the configuration and the model file, then exit.\n"
               "  -h, --help          Show this text.\n"
               "      --version       Print m40d's version.\n"
@@ -488,10 +489,12 @@ static int serve(struct daemon *d)
 }
 
 /* set_model - the model of -m or the operand: a file, or a store name resolved to
- * STORE/NAME.gguf (m40/paths.h). Returns 0 or a negative code, logged. */
+ * STORE/NAME.gguf (m40/paths.h), valid by the rule m40ctl pull --name follows. Returns 0
+ * or a negative code, logged. */
 static int set_model(struct m40d_config *c, const char *arg)
 {
         char path[sizeof(c->model)];
+        const char *why = "";
         int r;
 
         if (!m40_store_is_name(arg)) {
@@ -499,6 +502,14 @@ static int set_model(struct m40d_config *c, const char *arg)
                         return m40d_log_errno(-ENAMETOOLONG, "model path too long");
                 snprintf(c->model, sizeof(c->model), "%s", arg);
                 return 0;
+        }
+        r = m40_store_name_check(arg, &why);
+        if (r) {
+                m40d_log(LOG_ERR,
+                         "model '%s': not a path (no '/', no .gguf) and %s (for a file here, write "
+                         "./%s)",
+                         arg, why, arg);
+                return r;
         }
         r = m40_store_model(arg, path, sizeof(path));
         if (r == -ENOENT)
@@ -558,12 +569,9 @@ int main(int argc, char **argv)
 {
         enum { O_CHECK = 256, O_VERSION };
         static const struct option opts[] = {
-                {"config", required_argument, 0, 'c'},
-                {"model", required_argument, 0, 'm'},
-                {"check-config", no_argument, 0, O_CHECK},
-                {"help", no_argument, 0, 'h'},
-                {"version", no_argument, 0, O_VERSION},
-                {0, 0, 0, 0},
+                {"config", required_argument, 0, 'c'},     {"model", required_argument, 0, 'm'},
+                {"check-config", no_argument, 0, O_CHECK}, {"help", no_argument, 0, 'h'},
+                {"version", no_argument, 0, O_VERSION},    {0, 0, 0, 0},
         };
         static struct daemon d;
         const char *path = NULL, *model = NULL;

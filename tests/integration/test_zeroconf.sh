@@ -3,6 +3,8 @@
 #   1. m40d --help documents -m, the model store and the user socket;
 #   2. the shipped m40d.ini passes --check-config where its group does not exist;
 #   3. -m NAME resolves through the model store ($M40_MODELS), an unknown NAME fails;
+#      m40d -m NAME and m40ctl pull --name NAME refuse the same invalid names (m40/paths.h)
+#      and accept the same valid one;
 #   4. as a user other than root (setpriv to nobody when run by root): m40d -m MODEL with
 #      no ini listens on $XDG_RUNTIME_DIR/m40d/m40d.sock (directory 0700), m40ctl finds it
 #      without --socket, a second m40d refuses ("already running (pid N)"), no progress
@@ -40,6 +42,27 @@ M40_MODELS=$dir/store "$m40d" -m tiny --check-config 2> "$dir/store.log" &&
 M40_MODELS=$dir/store "$m40d" -m nosuch --check-config 2> "$dir/nosuch.log"
 [ $? = 1 ] && grep -q "not in the model store" "$dir/nosuch.log" ||
         { echo "FAIL: -m nosuch:"; cat "$dir/nosuch.log"; bad=1; }
+
+long=$(printf '%0201d' 0)
+for name in .hidden .. "$(printf 'a\001b')" "$long"; do
+        M40_MODELS=$dir/store "$m40d" -m "$name" --check-config 2> "$dir/name.log"
+        rc=$?
+        [ $rc = 1 ] && grep -q "not a path .* and a model name" "$dir/name.log" ||
+                { echo "FAIL: m40d -m '$name': exit $rc:"; cat "$dir/name.log"; bad=1; }
+        M40_MODELS=$dir/store "$m40ctl" pull -q --retries 0 --name "$name" \
+                http://127.0.0.1:1/x.gguf 2> "$dir/name.log"
+        rc=$?
+        [ $rc = 2 ] && grep -q "bad --name" "$dir/name.log" ||
+                { echo "FAIL: m40ctl pull --name '$name': exit $rc:"; cat "$dir/name.log"; bad=1; }
+done
+ok=$(printf 'ok %0195d' 0) # 200 bytes, with a space: a valid name for both
+M40_MODELS=$dir/store "$m40d" -m "$ok" --check-config 2> "$dir/name.log"
+[ $? = 1 ] && grep -q "is not in the model store" "$dir/name.log" ||
+        { echo "FAIL: m40d -m '$ok':"; cat "$dir/name.log"; bad=1; }
+M40_MODELS=$dir/store "$m40ctl" pull -q --retries 0 --name "$ok" http://127.0.0.1:1/x.gguf \
+        2> "$dir/name.log"
+[ $? = 1 ] && ! grep -q "bad --name" "$dir/name.log" ||
+        { echo "FAIL: m40ctl pull --name '$ok':"; cat "$dir/name.log"; bad=1; }
 
 # 4: a user's m40d
 as=
