@@ -279,8 +279,12 @@ int m40ctl_list(int argc, char **argv)
                 return M40CTL_EXIT_USAGE;
         }
         r = m40_store_dir(dir, sizeof(dir));
-        if (!r)
-                r = scan(dir, &v, &n);
+        if (r) {
+                fprintf(stderr, "m40ctl list: no store directory: %s (set $M40_MODELS)\n",
+                        strerror(-r));
+                return M40CTL_EXIT_FAIL;
+        }
+        r = scan(dir, &v, &n);
         if (r) {
                 fprintf(stderr, "m40ctl list: cannot read the store %s: %s\n", dir, strerror(-r));
                 return M40CTL_EXIT_FAIL;
