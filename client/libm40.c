@@ -518,6 +518,8 @@ int m40_client_submit(struct m40_client *c, const struct m40_request *rq, uint64
         s.min_p = rq->min_p;
         s.repeat_penalty = rq->repeat_penalty;
         s.seed = rq->seed;
+        s.presence_penalty = rq->presence_penalty;
+        s.frequency_penalty = rq->frequency_penalty;
         pthread_mutex_lock(&c->sub_lock);
         if (__atomic_load_n(&c->dead, __ATOMIC_RELAXED)) {
                 r = -EPIPE;

@@ -175,6 +175,10 @@ static void sampling_from(const struct m40_sched *s, const struct m40_proto_sub 
         sp->repeat_penalty =
                 set & M40_PROTO_SET_REPEAT_PENALTY ? sub->repeat_penalty : c->repeat_penalty;
         sp->seed = set & M40_PROTO_SET_SEED ? sub->seed : c->seed;
+        if (set & M40_PROTO_SET_PRESENCE_PENALTY)
+                sp->presence_penalty = sub->presence_penalty;
+        if (set & M40_PROTO_SET_FREQUENCY_PENALTY)
+                sp->frequency_penalty = sub->frequency_penalty;
         if (!(set & M40_PROTO_SET_SEED) && !c->seed &&
             getrandom(&sp->seed, sizeof(sp->seed), GRND_NONBLOCK) != sizeof(sp->seed))
                 sp->seed = sub->t_submit_ns ^ s->requests;

@@ -56,6 +56,8 @@ enum {
         M40_SET_MIN_P = 1u << 3,
         M40_SET_REPEAT_PENALTY = 1u << 4,
         M40_SET_SEED = 1u << 5,
+        M40_SET_PRESENCE_PENALTY = 1u << 6,
+        M40_SET_FREQUENCY_PENALTY = 1u << 7,
 };
 
 /* struct m40_request.flags */
@@ -79,6 +81,11 @@ struct m40_request {
         const char *const *stop; /* up to 8 stop strings of up to 64 bytes */
         size_t n_stop;
         uint32_t flags; /* M40_REQUEST_* */
+        /* OpenAI's penalties: the logit of a token seen n times in the sampler's window of
+         * recent tokens drops by n x frequency_penalty + presence_penalty. Chosen with
+         * M40_SET_PRESENCE_PENALTY / M40_SET_FREQUENCY_PENALTY, else 0. */
+        float presence_penalty;  /* -100..100; 0: off */
+        float frequency_penalty; /* -100..100; 0: off */
 };
 
 enum m40_event_type {

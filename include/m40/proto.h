@@ -145,7 +145,9 @@ enum {
         M40_PROTO_SET_MIN_P = 1u << 3,
         M40_PROTO_SET_REPEAT_PENALTY = 1u << 4,
         M40_PROTO_SET_SEED = 1u << 5,
-        M40_PROTO_SET_ALL = (1u << 6) - 1,
+        M40_PROTO_SET_PRESENCE_PENALTY = 1u << 6,
+        M40_PROTO_SET_FREQUENCY_PENALTY = 1u << 7,
+        M40_PROTO_SET_ALL = (1u << 8) - 1,
 };
 
 /* struct m40_proto_sub.flags */
@@ -169,7 +171,8 @@ struct m40_proto_sub {
         uint32_t reserved0;
         uint64_t seed;
         uint64_t t_submit_ns; /* CLOCK_MONOTONIC when submitted (latency figures) */
-        uint32_t reserved[6];
+        float presence_penalty, frequency_penalty;
+        uint32_t reserved[4];
 };
 
 /* Payload records: a header, then len bytes, then padding to a multiple of 4. */
