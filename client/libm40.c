@@ -643,8 +643,15 @@ int m40_client_next(struct m40_client *c, int timeout_ms, struct m40_reply *ret)
                         r = -EPIPE;
                         break;
                 }
-                if (timeout_ms == 0)
-                        goto unlock; /* the flag stays raised: m40_client_fd() will fire */
+                if (timeout_ms == 0) {
+                        /* re-arm m40_client_fd(): clear the doorbell, then look once more;
+                         * the flag stays raised, so a later event rings it again */
+                        drain_bell(c);
+                        r = pop_event(c, ret);
+                        if (r != -EAGAIN)
+                                break;
+                        goto unlock;
+                }
                 if (timeout_ms > 0) {
                         uint64_t t = now_ns();
 
