@@ -152,14 +152,18 @@ char *m40gw_render_whole(struct m40gw_render *r, const char *text, size_t n,
 char *m40gw_render_error(enum m40gw_api api, unsigned status, const char *message,
                          const char *param, bool stream);
 
+/* m40gw_now_ns - CLOCK_MONOTONIC in nanoseconds. */
+uint64_t m40gw_now_ns(void);
+
 /* m40gw_json_dump - json_dumps(j, compact) and a json_decref(j); NULL when j is NULL. */
 char *m40gw_json_dump(json_t *j);
 
 /* ---- metrics.c ---- */
 
 /* m40gw_status - m40d's STATUS over the gateway's control connection (connected on first
- * use, reconnected after a failure). Returns 0, or the libm40 code. Thread-safe. */
-int m40gw_status(const char *sock, struct m40_status *ret);
+ * use, reconnected after a failure), or the last answer when it is at most max_age_ms old.
+ * Returns 0, or the libm40 code. Thread-safe. */
+int m40gw_status(const char *sock, unsigned max_age_ms, struct m40_status *ret);
 
 /* m40gw_status_done - closes the control connection. */
 void m40gw_status_done(void);
@@ -192,8 +196,6 @@ void m40gw_pool_done(void);
 /* m40gw_stopping - set by main.c at SIGTERM: running generations end. */
 extern volatile int m40gw_stopping;
 
-/* m40gw_now_ns - CLOCK_MONOTONIC in nanoseconds. */
-uint64_t m40gw_now_ns(void);
 
 /* ---- http.c ---- */
 

@@ -22,7 +22,7 @@
 #include "gateway.h"
 
 #define POOL_MAX        256
-#define CONNECT_MS      10000
+#define CONNECT_MS      M40_DEFAULT_TIMEOUT_MS
 #define STATUS_EVERY_S  30
 #define MAX_WHOLE_BYTES (64u << 20) /* text of a non-streamed answer */
 #define E_CLIENT_GONE   (-ECONNRESET)
@@ -55,14 +55,6 @@ struct gen {
         unsigned status;
         char why[M40_TEXT_MAX + 64];
 };
-
-uint64_t m40gw_now_ns(void)
-{
-        struct timespec ts;
-
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 /* pool_get - an idle connection or a new one. Returns 0 or the libm40 code. */
 static int pool_get(const char *sock, struct m40_client **ret)
@@ -133,10 +125,16 @@ static void fail(struct gen *g, int err, const char *msg)
 {
         g->status = status_of(err);
         if (err == -EUSERS)
-                msg = "m40d has too many clients; retry later";
+                snprintf(g->why, sizeof(g->why), "m40d has too many clients; retry later");
+        else if (err == -E2BIG && !msg)
+                snprintf(g->why, sizeof(g->why),
+                         "the prompt is larger than m40d takes (its max_prompt_bytes)");
         else if (g->status == 503 && !msg)
-                msg = "m40d is unreachable";
-        snprintf(g->why, sizeof(g->why), "%s", msg ? msg : m40_strerror(err));
+                snprintf(g->why, sizeof(g->why), "m40d is unreachable: %s", m40_strerror(err));
+        else
+                snprintf(g->why, sizeof(g->why), "%s", msg ? msg : m40_strerror(err));
+        if (g->status >= 500)
+                fprintf(stderr, "m40-gateway: a request failed: %s\n", g->why);
 }
 
 /* wait_event - the next event of g's request. Returns 0, E_CLIENT_GONE when the HTTP

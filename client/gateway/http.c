@@ -16,6 +16,8 @@
 #define M40_VERSION "0"
 #endif
 
+#define MODEL_AGE_MS 2000
+
 enum kind {
         K_GENERATE = 1,
         K_MODELS,
@@ -93,10 +95,10 @@ static unsigned queue_error(struct MHD_Connection *con, enum m40gw_api api, unsi
 
 /* m40d's state, or a 503 queued (then returns the status, else 0 and *st filled). */
 static unsigned need_status(struct MHD_Connection *con, const struct m40gw_config *cfg,
-                            enum m40gw_api api, struct m40_status *st)
+                            enum m40gw_api api, unsigned max_age_ms, struct m40_status *st)
 {
         char why[160];
-        int r = m40gw_status(cfg->socket[0] ? cfg->socket : NULL, st);
+        int r = m40gw_status(cfg->socket[0] ? cfg->socket : NULL, max_age_ms, st);
 
         if (!r && st->model[0])
                 return 0;
@@ -181,7 +183,7 @@ static unsigned describe(struct MHD_Connection *con, const struct m40gw_config *
         case K_ROOT:
                 return m40gw_queue_json(con, 200, strdup("m40-gateway is running\n"), "text/plain");
         case K_METRICS: {
-                int r = m40gw_status(cfg->socket[0] ? cfg->socket : NULL, &st);
+                int r = m40gw_status(cfg->socket[0] ? cfg->socket : NULL, 0, &st);
 
                 return m40gw_queue_json(con, 200, m40gw_metrics_text(r ? NULL : &st),
                                         "text/plain; version=0.0.4; charset=utf-8");
@@ -189,7 +191,7 @@ static unsigned describe(struct MHD_Connection *con, const struct m40gw_config *
         default:
                 break;
         }
-        s = need_status(con, cfg, x->rt->api, &st);
+        s = need_status(con, cfg, x->rt->api, 0, &st);
         if (s)
                 return s;
         m40gw_model_id(st.model, id, sizeof(id));
@@ -252,7 +254,8 @@ static unsigned generate(struct MHD_Connection *con, const struct m40gw_config *
                 return r == -ENOMEM ? queue_error(con, x->rt->api, 500, "out of memory", NULL)
                                     : queue_error(con, x->rt->api, 400, why, param);
         }
-        s = need_status(con, cfg, x->rt->api, &st);
+        /* the model's name only: a recent answer will do (m40d's connection tells the rest) */
+        s = need_status(con, cfg, x->rt->api, MODEL_AGE_MS, &st);
         if (s) {
                 m40gw_req_done(&q);
                 return s;

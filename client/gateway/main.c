@@ -196,6 +196,35 @@ int m40gw_token_load(struct m40gw_config *c, const char *path, char *why, size_t
         return 0;
 }
 
+/* split_listen - HOST:PORT ([HOST]:PORT) into host (NUL-terminated, brackets gone) and
+ * *ret_port (0..65535; 0: any free port). Returns 0 or -EINVAL (why said). */
+static int split_listen(const char *hostport, char *host, const char **ret_port, char *why,
+                        size_t whylen)
+{
+        const char *colon = strrchr(hostport, ':');
+        unsigned long port;
+        size_t n;
+        char *end;
+
+        if (!colon || colon == hostport || !colon[1] || (size_t)(colon - hostport) >= 256)
+                goto bad;
+        errno = 0;
+        port = strtoul(colon + 1, &end, 10);
+        if (errno || *end || port > 65535 || colon[1] == '-' || colon[1] == '+')
+                goto bad;
+        n = (size_t)(colon - hostport);
+        if (hostport[0] == '[' && n > 2 && hostport[n - 1] == ']')
+                snprintf(host, 256, "%.*s", (int)n - 2, hostport + 1);
+        else
+                snprintf(host, 256, "%.*s", (int)n, hostport);
+        *ret_port = colon + 1;
+        return 0;
+bad:
+        snprintf(why, whylen, "--listen wants HOST:PORT with a port in 0..65535, not '%s'",
+                 hostport);
+        return -EINVAL;
+}
+
 /* listen_on - a listening TCP socket bound to HOST:PORT. Returns it or -errno (why said). */
 static int listen_on(const char *hostport, char *why, size_t whylen)
 {
@@ -203,23 +232,13 @@ static int listen_on(const char *hostport, char *why, size_t whylen)
                                  .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
         struct addrinfo *ai;
         char host[256];
-        const char *colon = strrchr(hostport, ':'), *h = host;
-        size_t n;
+        const char *port;
         int fd = -1, r, one = 1;
 
-        if (!colon || colon == hostport || !colon[1] ||
-            (size_t)(colon - hostport) >= sizeof(host)) {
-                snprintf(why, whylen, "--listen wants HOST:PORT, not '%s'", hostport);
-                return -EINVAL;
-        }
-        n = (size_t)(colon - hostport);
-        memcpy(host, hostport, n);
-        host[n] = 0;
-        if (host[0] == '[' && n > 2 && host[n - 1] == ']') {
-                host[n - 1] = 0;
-                h = host + 1;
-        }
-        r = getaddrinfo(h, colon + 1, &hints, &ai);
+        r = split_listen(hostport, host, &port, why, whylen);
+        if (r)
+                return r;
+        r = getaddrinfo(host, port, &hints, &ai);
         if (r) {
                 snprintf(why, whylen, "cannot listen on '%s': %s", hostport, gai_strerror(r));
                 return -EINVAL;
@@ -256,8 +275,8 @@ static int parse_args(int argc, char **argv, struct m40gw_config *c, bool *check
                 {0, 0, 0, 0},
         };
         const char *listen = NULL, *sock = NULL, *config = NULL, *token = NULL;
-        const char *maxconn = NULL, *maxreq = NULL;
-        char why[512];
+        const char *maxconn = NULL, *maxreq = NULL, *port;
+        char why[512], host[256];
         int o;
 
         while ((o = getopt_long(argc, argv, "l:s:c:t:Vh", opts, NULL)) != -1) {
@@ -315,7 +334,8 @@ static int parse_args(int argc, char **argv, struct m40gw_config *c, bool *check
                 fputs("m40-gateway: --max-connections and --max-requests take 1..4096\n", stderr);
                 return 2;
         }
-        if (c->token_file[0] && m40gw_token_load(c, c->token_file, why, sizeof(why))) {
+        if ((c->token_file[0] && m40gw_token_load(c, c->token_file, why, sizeof(why))) ||
+            split_listen(c->listen, host, &port, why, sizeof(why))) {
                 fprintf(stderr, "m40-gateway: %s\n", why);
                 return 1;
         }
@@ -334,6 +354,23 @@ static int passed_socket(void)
         if (n > 1 || sd_is_socket(SD_LISTEN_FDS_START, AF_UNSPEC, SOCK_STREAM, 1) <= 0)
                 return -EINVAL;
         return SD_LISTEN_FDS_START;
+}
+
+/* bound - the address fd listens on, as HOST:PORT ([HOST]:PORT for IPv6), in buf. */
+static const char *bound(int fd, char *buf, size_t len)
+{
+        struct sockaddr_storage a;
+        socklen_t n = sizeof(a);
+        char host[NI_MAXHOST], port[NI_MAXSERV];
+
+        if (getsockname(fd, (struct sockaddr *)&a, &n) ||
+            getnameinfo((struct sockaddr *)&a, n, host, sizeof(host), port, sizeof(port),
+                        NI_NUMERICHOST | NI_NUMERICSERV)) {
+                buf[0] = 0;
+                return buf;
+        }
+        snprintf(buf, len, a.ss_family == AF_INET6 ? " [%s]:%s" : " %s:%s", host, port);
+        return buf;
 }
 
 static struct MHD_Daemon *start(struct m40gw_config *c, int fd)
@@ -390,8 +427,8 @@ int main(int argc, char **argv)
                 close(fd);
                 return 1;
         }
-        fprintf(stderr, "m40-gateway: listening on %s, m40d at %s%s\n",
-                passed ? "the socket systemd passed" : cfg.listen,
+        fprintf(stderr, "m40-gateway: listening on%s%s, m40d at %s%s\n",
+                bound(fd, why, sizeof(why)), passed ? " (passed by systemd)" : "",
                 cfg.socket[0]          ? cfg.socket
                 : getenv("M40_SOCKET") ? getenv("M40_SOCKET")
                                        : M40_DEFAULT_SOCKET,

@@ -52,20 +52,32 @@ static struct {
 static struct {
         pthread_mutex_t lock;
         struct m40_client *c;
+        struct m40_status last; /* the last answer, */
+        uint64_t t_last_ns;     /* when it came (0: none) */
 } ctl = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
-int m40gw_status(const char *sock, struct m40_status *ret)
+int m40gw_status(const char *sock, unsigned max_age_ms, struct m40_status *ret)
 {
+        uint64_t now = m40gw_now_ns();
         int r = 0;
 
         pthread_mutex_lock(&ctl.lock);
+        if (ctl.t_last_ns && now - ctl.t_last_ns <= (uint64_t)max_age_ms * 1000000u) {
+                *ret = ctl.last;
+                goto unlock;
+        }
         if (!ctl.c)
                 r = m40_client_connect_timeout(sock, STATUS_TIMEOUT_MS, &ctl.c);
-        if (!r) {
-                r = m40_client_status(ctl.c, ret);
-                if (r)
-                        ctl.c = m40_client_disconnect(ctl.c); /* next time: a new one */
+        if (!r)
+                r = m40_client_status(ctl.c, &ctl.last);
+        if (r) {
+                ctl.c = m40_client_disconnect(ctl.c); /* next time: a new one */
+                ctl.t_last_ns = 0;
+        } else {
+                ctl.t_last_ns = m40gw_now_ns();
+                *ret = ctl.last;
         }
+unlock:
         pthread_mutex_unlock(&ctl.lock);
         return r;
 }

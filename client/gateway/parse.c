@@ -22,7 +22,8 @@ struct ctx {
         size_t whylen, paramlen;
 };
 
-static int bad(struct ctx *x, const char *param, const char *fmt, ...)
+__attribute__((format(printf, 3, 4))) static int bad(struct ctx *x, const char *param,
+                                                     const char *fmt, ...)
 {
         va_list ap;
 
@@ -49,6 +50,16 @@ static int keep(struct ctx *x, char *s, const char **ret)
         v[x->q->n_strs++] = s;
         *ret = s;
         return 0;
+}
+
+/* Whether o has key with a value that says something: not null, "", [] or {}. */
+static bool present(json_t *o, const char *key)
+{
+        json_t *v = json_object_get(o, key);
+
+        return v && !json_is_null(v) && !(json_is_array(v) && !json_array_size(v)) &&
+               !(json_is_string(v) && !json_string_length(v)) &&
+               !(json_is_object(v) && !json_object_size(v));
 }
 
 /* A string field: NULL when absent or null, -EINVAL when not a string. */
@@ -168,8 +179,16 @@ static const struct num_field sampling[] = {
 static int parse_sampling(struct ctx *x, json_t *o)
 {
         struct m40_request *rq = &x->q->rq;
+        bool ignore_eos = false;
         double d;
         int r;
+
+        /* llama.cpp's server takes ignore_eos too: generate past the end of text */
+        r = get_bool(x, o, "ignore_eos", &ignore_eos);
+        if (r)
+                return r;
+        if (ignore_eos)
+                rq->flags |= M40_REQUEST_IGNORE_EOS;
 
         for (size_t i = 0; i < sizeof(sampling) / sizeof(sampling[0]); i++) {
                 r = get_num(x, o, sampling[i].key, sampling[i].lo, sampling[i].hi, &d);
@@ -267,7 +286,7 @@ static int parse_messages(struct ctx *x, json_t *o)
                                    "message %zu: role '%.32s' is not supported (system, "
                                    "developer, user, assistant)",
                                    i, role);
-                if (json_object_get(m, "images") || json_object_get(m, "tool_calls"))
+                if (present(m, "images") || present(m, "tool_calls"))
                         return bad(x, "messages", "images and tool calls are not supported");
                 r = parse_content(x, m, &x->q->msgs[i].content);
                 if (r)
@@ -289,7 +308,7 @@ static int openai_unsupported(struct ctx *x, json_t *o)
         int r;
 
         for (size_t i = 0; i < sizeof(refuse) / sizeof(refuse[0]); i++)
-                if (json_object_get(o, refuse[i]) && !json_is_null(json_object_get(o, refuse[i])))
+                if (present(o, refuse[i]))
                         return bad(x, refuse[i], "'%s' is not supported", refuse[i]);
         if (json_is_true(json_object_get(o, "logprobs")) ||
             json_is_integer(json_object_get(o, "logprobs")))
@@ -367,24 +386,23 @@ static int parse_ollama_options(struct ctx *x, json_t *o)
 static int parse_ollama(struct ctx *x, json_t *o)
 {
         struct m40gw_req *q = x->q;
-        const char *system = NULL, *fmt = NULL;
+        const char *system = NULL;
         bool raw = false;
         int r;
 
         q->stream = true; /* Ollama streams unless told not to */
-        if ((r = get_bool(x, o, "stream", &q->stream)) || (r = parse_ollama_options(x, o)) ||
-            (r = get_str(x, o, "format", &fmt)))
+        if ((r = get_bool(x, o, "stream", &q->stream)) || (r = parse_ollama_options(x, o)))
                 return r;
-        if (fmt || (json_object_get(o, "format") && !json_is_null(json_object_get(o, "format"))))
+        if (present(o, "format"))
                 return bad(x, "format", "'format' (structured output) is not supported");
-        if (json_object_get(o, "tools") || json_object_get(o, "images"))
+        if (present(o, "tools") || present(o, "images"))
                 return bad(x, "tools", "tools and images are not supported");
         if (q->api == M40GW_OLLAMA_CHAT)
                 return parse_messages(x, o);
         if ((r = get_str(x, o, "prompt", &q->rq.prompt)) ||
             (r = get_str(x, o, "system", &system)) || (r = get_bool(x, o, "raw", &raw)))
                 return r;
-        if (json_object_get(o, "template") || json_object_get(o, "suffix"))
+        if (present(o, "template") || present(o, "suffix"))
                 return bad(x, "template", "'template' and 'suffix' are not supported");
         if (!q->rq.prompt || !*q->rq.prompt) {
                 q->load_only = true; /* Ollama: load the model and answer done */

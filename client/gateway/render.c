@@ -10,6 +10,14 @@
 
 #include "gateway.h"
 
+uint64_t m40gw_now_ns(void)
+{
+        struct timespec ts;
+
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 char *m40gw_json_dump(json_t *j)
 {
         char *s;
