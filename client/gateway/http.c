@@ -230,7 +230,11 @@ static unsigned load_only(struct MHD_Connection *con, struct m40gw_req *q, const
                           uint64_t t0)
 {
         struct m40gw_render rd;
-        struct m40gw_usage u = {.t_start_ns = t0, .t_end_ns = m40gw_now_ns()};
+        uint64_t now = m40gw_now_ns();
+        struct m40gw_usage u = {.t_start_ns = t0,
+                                .t_admitted_ns = now,
+                                .t_first_ns = now,
+                                .t_end_ns = now}; /* all of it was the load */
         char *s;
 
         m40gw_render_init(&rd, q->api, id, false);

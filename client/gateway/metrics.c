@@ -16,9 +16,19 @@
 #define STATUS_TIMEOUT_MS 5000
 
 static const char *const endpoints[] = {
-        "/v1/chat/completions", "/v1/completions", "/v1/models", "/api/chat",
-        "/api/generate",        "/api/tags",       "/api/ps",    "/api/show",
-        "/api/version",         "/health",         "/metrics",   "other",
+        "/v1/chat/completions",
+        "/v1/completions",
+        "/v1/models",
+        "/api/chat",
+        "/api/generate",
+        "/api/tags",
+        "/api/ps",
+        "/api/show",
+        "/api/version",
+        "/health",
+        "/metrics",
+        "/",
+        "other",
 };
 #define N_ENDPOINTS (sizeof(endpoints) / sizeof(endpoints[0]))
 static const unsigned statuses[] = {200, 400, 401, 404, 405, 408, 413, 429, 500, 503};
@@ -208,7 +218,8 @@ static void put_gateway(struct buf *b)
                                     endpoints[e], s < N_STATUSES ? code : "other",
                                     (unsigned long long)m.requests[e][s]);
                         }
-        put(b, "# HELP m40_gateway_generations_total Generations that ended, by finish reason.\n"
+        put(b, "# HELP m40_gateway_generations_total Generations that ended, by finish reason "
+               "(error: failed, or the client left).\n"
                "# TYPE m40_gateway_generations_total counter\n");
         for (uint32_t f = 0; f < 7; f++)
                 put(b, "m40_gateway_generations_total{finish=\"%s\"} %llu\n",

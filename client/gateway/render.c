@@ -255,6 +255,26 @@ static const char *openai_code(unsigned status)
         }
 }
 
+/* message as a JSON string; when it is not valid UTF-8 (jansson's reason for a body that is
+ * not, a name cut short), its bytes outside printable ASCII become '?'. */
+static json_t *message_str(const char *message)
+{
+        json_t *j = json_string(message);
+        char *c;
+
+        if (j)
+                return j;
+        c = strdup(message);
+        if (!c)
+                return NULL;
+        for (char *p = c; *p; p++)
+                if ((unsigned char)*p < 0x20 || (unsigned char)*p >= 0x7f)
+                        *p = '?';
+        j = json_string(c);
+        free(c);
+        return j;
+}
+
 char *m40gw_render_error(enum m40gw_api api, unsigned status, const char *message,
                          const char *param, bool stream)
 {
@@ -263,12 +283,12 @@ char *m40gw_render_error(enum m40gw_api api, unsigned status, const char *messag
         if (is_openai(api)) {
                 const char *code = openai_code(status);
 
-                j = json_pack("{s:{s:s,s:s,s:o,s:o}}", "error", "message", message, "type",
-                              openai_type(status), "param",
+                j = json_pack("{s:{s:o,s:s,s:o,s:o}}", "error", "message", message_str(message),
+                              "type", openai_type(status), "param",
                               param && *param ? json_string(param) : json_null(), "code",
                               code ? json_string(code) : json_null());
         } else {
-                j = json_pack("{s:s}", "error", message);
+                j = json_pack("{s:o}", "error", message_str(message));
         }
         return stream ? frame(api, j) : m40gw_json_dump(j);
 }

@@ -20,5 +20,7 @@ for f in "$seeds"/*; do
 done
 art=${M40_FUZZ_ARTIFACTS:-.}
 exec_status=0
-"$target" -artifact_prefix="$art/" -print_final_stats=1 "$@" "$corpus" || exec_status=$?
+# -error_exitcode=1: libFuzzer's default for a finding, 77, is meson's "skipped"
+"$target" -artifact_prefix="$art/" -error_exitcode=1 -print_final_stats=1 "$@" "$corpus" ||
+        exec_status=$?
 exit $exec_status
