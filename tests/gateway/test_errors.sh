@@ -7,9 +7,10 @@
 #     feature, m40d's own refusal), 401 (bearer token), 404 (model, path), 405, 413 (the
 #     gateway's max_body_bytes, m40d's request size), 429 (max_requests), 503 (no
 #     m40d), also inside a stream;
-#   - a client that disconnects mid-stream has its sequence freed in m40d at once: m40ctl
-#     status shows no active sequence and no KV page within 1 s, and m40d generated at most
-#     a few tokens after the hang-up.
+#   - a client that disconnects mid-stream has its sequence freed in m40d within one engine
+#     step: m40d generates at most 2 tokens after the hang-up (the step running then and
+#     one more while the cancel crosses), and m40ctl status then shows no active sequence
+#     and no KV page (polled for up to 10 s: a sanitizer build's steps are slow).
 #
 # Usage: test_errors.sh M40D M40CTL M40_GATEWAY MODEL|tests/fetch-models.sh [PYTHON]
 set -euo pipefail
@@ -21,9 +22,14 @@ esac
 command -v curl >/dev/null || { echo "SKIP: no curl"; exit 77; }
 dir=$(mktemp -d /tmp/m40-gwerr.XXXXXX)
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null; rm -rf "$dir"; }
-trap cleanup EXIT
+cleanup() {
+        for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+        wait 2>/dev/null
+        [ "$bad" = 0 ] || tail -n 20 "$dir"/*.log >&2
+        rm -rf "$dir"
+}
 bad=0
+trap cleanup EXIT
 fail() { echo "FAIL: $*" >&2; bad=1; }
 sock=$dir/m40d.sock
 
@@ -39,6 +45,7 @@ start_gateway() {
         shift
         log=$dir/$name.log
         "$gateway" --listen 127.0.0.1:0 "$@" 2> "$log" & pids+=($!)
+        gw_pid=$!
         for _ in $(seq 100); do
                 url=$(sed -n 's/^m40-gateway: listening on \([^,]*\),.*/http:\/\/\1/p' "$log")
                 [ -n "$url" ] && return 0
@@ -53,7 +60,7 @@ printf '%s\n' "$token" > "$dir/token"
 printf '[gateway]\nmax_body_bytes = 16384\nmax_requests = 1\ntoken_file = %s\n' "$dir/token" \
         > "$dir/gateway.ini"
 start_gateway main --socket "$sock" --config "$dir/gateway.ini"
-main=$url
+main=$url main_pid=$gw_pid
 auth=(-H "Authorization: Bearer $token")
 model_id=SmolLM2-135M-Instruct.Q4_1
 
@@ -139,7 +146,7 @@ kill "$curl_pid"
 t0=$(date +%s%N)
 g0=$("$m40ctl" status --socket "$sock" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["generated_tokens"])')
 freed=
-for _ in $(seq 100); do
+for _ in $(seq 1000); do
         st=$("$m40ctl" status --socket "$sock" --json)
         if python3 -c 'import json,sys; s=json.loads(sys.argv[1]); sys.exit(s["active"] or s["kv_pages_used"])' "$st"; then
                 freed=$(( ($(date +%s%N) - t0) / 1000000 ))
@@ -148,12 +155,12 @@ for _ in $(seq 100); do
         sleep 0.01
 done
 g1=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["generated_tokens"])' "$st")
-if [ -z "$freed" ] || [ "$freed" -gt 1000 ]; then
-        fail "the hung-up stream's sequence was not freed within 1 s"
+if [ -z "$freed" ]; then
+        fail "the hung-up stream's sequence was not freed within 10 s ($((g1 - g0)) tokens after the hang-up)"
 else
         echo "ok   disconnect mid-stream: sequence and KV pages freed ${freed} ms after the hang-up, $((g1 - g0)) tokens generated after it"
 fi
-[ $((g1 - g0)) -le 3 ] || fail "m40d generated $((g1 - g0)) tokens after the client hung up"
+[ $((g1 - g0)) -le 2 ] || fail "m40d generated $((g1 - g0)) tokens after the client hung up"
 
 # 503: no m40d behind the gateway, for every endpoint that needs it; /health says so
 start_gateway nodaemon --socket "$dir/none.sock"
@@ -177,6 +184,14 @@ tail -n 4 "$dir/stream2" | grep -q '^data: {"error":{"message":"m40d is unreacha
         fail "a stream whose m40d died does not end with an error record: $(tail -c 300 "$dir/stream2")"
 tail -n 2 "$dir/stream2" | grep -q '^data: \[DONE\]' || fail "that stream does not end with [DONE]"
 echo "ok   m40d killed mid-stream: the stream ends with a 503 error record and [DONE]"
+
+# SIGTERM: the gateway stops cleanly (exit 0; under ASan also without a leak)
+kill "$main_pid"
+if wait "$main_pid"; then
+        echo "ok   SIGTERM: m40-gateway exits 0"
+else
+        fail "m40-gateway exited $? after SIGTERM"
+fi
 
 [ "$bad" = 0 ] && echo "all passed"
 exit $bad
