@@ -51,7 +51,9 @@ struct m40gw_config {
         uint32_t body_timeout;     /* seconds to receive a request's head and body */
 };
 
-/* config.c-like part of main.c */
+/* ---- main.c ---- */
+
+/* m40gw_config_default - fills *c with the built-in defaults. */
 void m40gw_config_default(struct m40gw_config *c);
 
 /* m40gw_config_load - reads the [gateway] section of the ini file path into *c. Returns 0,
@@ -168,6 +170,10 @@ int m40gw_status(const char *sock, unsigned max_age_ms, struct m40_status *ret);
 /* m40gw_status_done - closes the control connection. */
 void m40gw_status_done(void);
 
+/* Figures for /metrics (thread-safe): one HTTP answer of endpoint (a path, else counted
+ * as "other") with status; one generation that ended (finish 0: it failed or its client
+ * left); the time from a request to its first text; the time between two text events; the
+ * generations running, up or down by delta. */
 void m40gw_metrics_request(const char *endpoint, unsigned status);
 void m40gw_metrics_generation(const struct m40gw_usage *u);
 void m40gw_metrics_ttft(double seconds);
@@ -183,7 +189,6 @@ char *m40gw_metrics_text(const struct m40_status *st);
 
 struct MHD_Connection;
 
-/* Outcome of m40gw_generate: the HTTP status queued (for the metrics). */
 /* m40gw_generate - runs parsed request q for connection con: takes a pooled libm40
  * connection, submits, and queues the response (a stream, the whole answer, or an error in
  * q's API shape). Returns the HTTP status it queued, or 0 when nothing could be queued. */

@@ -3,6 +3,7 @@
  * API's JSON shape, and the endpoints that only describe: /v1/models, /api/tags, /api/ps,
  * /api/show, /api/version, /health, /metrics. Generations go to generate.c. */
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -258,8 +259,13 @@ static unsigned generate(struct MHD_Connection *con, const struct m40gw_config *
                 return r == -ENOMEM ? queue_error(con, x->rt->api, 500, "out of memory", NULL)
                                     : queue_error(con, x->rt->api, 400, why, param);
         }
-        /* the model's name only: a recent answer will do (m40d's connection tells the rest) */
-        s = need_status(con, cfg, x->rt->api, MODEL_AGE_MS, &st);
+        /* the model's name only: any earlier answer will do while the name matches (m40d
+         * is busy with long steps under load: its state shows on the generation's own
+         * connection); a name that does not match is checked against a fresh answer (m40d
+         * may have restarted with another model) */
+        s = need_status(con, cfg, x->rt->api, UINT_MAX, &st);
+        if (!s && !m40gw_model_match(q.model, st.model))
+                s = need_status(con, cfg, x->rt->api, MODEL_AGE_MS, &st);
         if (s) {
                 m40gw_req_done(&q);
                 return s;

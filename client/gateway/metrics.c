@@ -13,7 +13,7 @@
 
 #include "gateway.h"
 
-#define STATUS_TIMEOUT_MS 5000
+#define STATUS_TIMEOUT_MS 10000 /* m40d answers between engine steps */
 
 static const char *const endpoints[] = {
         "/v1/chat/completions",
@@ -246,7 +246,6 @@ static void put_gateway(struct buf *b)
 
 static void put_daemon(struct buf *b, const struct m40_status *st)
 {
-        static const char *const fmt = "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n";
         const struct {
                 const char *name, *type, *help;
                 double v;
@@ -274,7 +273,8 @@ static void put_daemon(struct buf *b, const struct m40_status *st)
         };
 
         for (size_t i = 0; i < sizeof(g) / sizeof(g[0]); i++)
-                put(b, fmt, g[i].name, g[i].help, g[i].name, g[i].type, g[i].name, g[i].v);
+                put(b, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", g[i].name, g[i].help, g[i].name,
+                    g[i].type, g[i].name, g[i].v);
 }
 
 char *m40gw_metrics_text(const struct m40_status *st)

@@ -52,6 +52,10 @@ def main():
         st = s.status()
         check(st["active"] == 0 and st["kv_pages_used"] == 0,
               "m40d holds no sequence and no KV page afterwards")
+        rc = s.stop_gateway()
+        check(rc == 0, f"m40-gateway exits 0 at SIGTERM (got {rc})")
+        if rc:
+            print(s.log("gateway.log")[-3000:])
     print("FAILED: " + "; ".join(failed) if failed else "all passed")
     return 1 if failed else 0
 
