@@ -201,7 +201,6 @@ void m40gw_pool_done(void);
 /* m40gw_stopping - set by main.c at SIGTERM: running generations end. */
 extern volatile int m40gw_stopping;
 
-
 /* ---- http.c ---- */
 
 /* m40gw_http_answer - libmicrohttpd's access handler (MHD_AccessHandlerCallback); cls is
