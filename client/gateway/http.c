@@ -12,10 +12,7 @@
 #include <microhttpd.h>
 
 #include "gateway.h"
-
-#ifndef M40_VERSION
-#define M40_VERSION "0"
-#endif
+#include "m40-version.h"
 
 #define MODEL_AGE_MS 2000
 

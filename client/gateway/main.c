@@ -18,10 +18,7 @@
 #include <systemd/sd-daemon.h>
 
 #include "gateway.h"
-
-#ifndef M40_VERSION
-#define M40_VERSION "0"
-#endif
+#include "m40-version.h"
 
 #define STACK_BYTES (512u << 10) /* per connection thread */
 
@@ -303,7 +300,7 @@ static int parse_args(int argc, char **argv, struct m40gw_config *c, bool *check
                         *check = true;
                         break;
                 case 'V':
-                        printf("m40-gateway %s\n", M40_VERSION);
+                        printf("%s\n", M40_VERSION_TEXT("m40-gateway"));
                         return 0;
                 case 'h':
                         fputs(usage, stdout);

@@ -25,7 +25,7 @@ run() {
 }
 run 0 "settings are valid" --config "$ini" --check-config
 run 0 "Usage: m40-gateway" --help
-run 0 "m40-gateway [0-9]" --version
+run 0 "m40-gateway (m40-llm) [0-9]" --version
 run 2 "unrecognized option" --bogus
 run 2 "unexpected argument" extra
 run 2 "take 1..4096" --max-requests 0 --check-config

@@ -85,6 +85,8 @@ if [ "$M40_GATEWAY" = yes ]; then
         need "$gw" x && progs+=("$gw")
         need "$UNITDIR/m40-gateway.service" f
         need "$UNITDIR/m40-gateway.socket" f
+        need "$SYSUSERSDIR/m40-gateway.conf" f
+        need "$SYSCONFDIR/m40d/m40-gateway.ini" f
         pages+=(man8/m40-gateway.8)
         units+=(m40-gateway.socket m40-gateway.service)
 else
@@ -173,7 +175,7 @@ if cc -o "$work/ex" "$src/client/example.c" $(pc --cflags --libs) 2>"$work/cc.lo
         out=$(LD_LIBRARY_PATH=$(D "$LIBDIR") M40_SOCKET="$work/none.sock" "$work/ex" hi 2>&1)
         rc=$?
         [ $rc = 1 ] && grep -q "^connect:" <<<"$out" || fail "example (shared): exit $rc, '$out'"
-        env LD_LIBRARY_PATH=$(D "$LIBDIR") ldd "$work/ex" | grep -q "$(D "$LIBDIR")/libm40.so.0" ||
+        env LD_LIBRARY_PATH=$(D "$LIBDIR") ldd "$work/ex" | grep "$(D "$LIBDIR")/libm40.so.0" >/dev/null ||
                 fail "example does not load the installed libm40.so.0"
 else
         cat "$work/cc.log"
@@ -185,7 +187,7 @@ if cc -static -o "$work/ex-static" "$src/client/example.c" $(pc --static --cflag
         out=$(M40_SOCKET="$work/none.sock" "$work/ex-static" hi 2>&1)
         rc=$?
         [ $rc = 1 ] && grep -q "^connect:" <<<"$out" || fail "example (static): exit $rc, '$out'"
-        readelf -d "$work/ex-static" 2>/dev/null | grep -q NEEDED &&
+        readelf -d "$work/ex-static" 2>/dev/null | grep NEEDED >/dev/null &&
                 fail "the static example needs shared libraries"
 else
         cat "$work/cc.log"
