@@ -529,8 +529,11 @@ static int set_model(struct m40d_config *c, const char *arg)
 /* pick_socket - with no socket from systemd: for root, /run/m40d made when the default
  * socket is used and it is missing; for any other user, no group
  * unless the configuration names one, and, unless it names a socket,
- * $XDG_RUNTIME_DIR/m40d/m40d.sock in a directory of mode 0700 that this user owns. */
-static int pick_socket(struct m40d_config *c)
+ * $XDG_RUNTIME_DIR/m40d/m40d.sock in a directory of mode 0700 that this user owns.
+ * check (--check-config): nothing is made, and a missing $XDG_RUNTIME_DIR is no error
+ * (a service's ExecStartPre= check runs as its user, without the socket systemd passes
+ * to the daemon itself). */
+static int pick_socket(struct m40d_config *c, bool check)
 {
         char dir[sizeof(c->socket)];
         struct stat st;
@@ -539,7 +542,7 @@ static int pick_socket(struct m40d_config *c)
         if (sd_listen_fds(0) > 0)
                 return 0;
         if (geteuid() == 0) { /* the service's socket; its directory when systemd made none */
-                if (!c->socket_set && mkdir("/run/m40d", 0755) && errno != EEXIST)
+                if (!check && !c->socket_set && mkdir("/run/m40d", 0755) && errno != EEXIST)
                         return m40d_log_errno(-errno, "cannot make /run/m40d");
                 return 0;
         }
@@ -549,6 +552,8 @@ static int pick_socket(struct m40d_config *c)
                 return 0;
         r = m40_user_socket_dir(dir, sizeof(dir));
         r = r ? r : m40_user_socket(c->socket, sizeof(c->socket));
+        if (check && (r == -ENOENT || !r))
+                return 0;
         if (r == -ENOENT)
                 return m40d_log_errno(r, "not root and $XDG_RUNTIME_DIR is not set: name a "
                                          "socket ([server] socket in m40d.ini, -c FILE)");
@@ -631,7 +636,7 @@ int main(int argc, char **argv)
         }
         m40d_log_set_level(d.cfg.log_level);
         r = model ? set_model(&d.cfg, model) : 0;
-        r = r ? r : pick_socket(&d.cfg);
+        r = r ? r : pick_socket(&d.cfg, check);
         if (r)
                 return 1;
         r = check_config(&d);
