@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # .ci/sm52-check.sh - the M40 build check (DESIGN.md §3).
 #
-# Owns: proving that every .cu file under cuda/ builds to Tesla M40 machine code.
+# Owns: proving that every .cu file under cuda/ (all its folders) builds to Tesla M40 machine code.
 # No nvcc that targets sm_52 exists here (CUDA 13 dropped it), so each file is
 # compiled by clang (a real CUDA compiler) for sm_52 against /usr/local/cuda's
 # headers to PTX, the PTX is checked to say `.target sm_52`, and ptxas 12.9 (PyPI

@@ -162,7 +162,7 @@ enum m40_act {
 /* The engine's limits. kv_bytes 0 is the engine's default KV cache, at most enough for
  * max_seqs sequences at max_ctx and at least for one: the CPU engine takes up to
  * M40_CPU_ENGINE_KV_DEFAULT_MIB, the CUDA engine what the GPU has free after the weights
- * and scratch (cuda/cuda_engine.h); m40_engine_stats() tells what it got. */
+ * and scratch (cuda/engine/cuda_engine.h); m40_engine_stats() tells what it got. */
 struct m40_engine_limits {
         uint32_t max_seqs;         /* sequence slots; default 16 */
         uint32_t max_ctx;          /* positions per sequence; default min(train ctx, 4096) */

@@ -17,8 +17,8 @@
 
 #include "engine/engine.h"
 #ifdef M40_HAVE_CUDA_ENGINE
-#include "cuda/cuda_engine.h"
-#include "cuda/device.h"
+#include "cuda/engine/cuda_engine.h"
+#include "cuda/runtime/device.h"
 #endif
 #include "ipc/ipc.h"
 #include "m40-version.h"

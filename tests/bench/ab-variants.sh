@@ -7,12 +7,13 @@
 #   FLAGS  nvcc options for every .cu file of the variant, comma-separated, e.g.
 #          B=-DMV_WPS=16 or C=-DATTN_TILE=64,-DATTN_SPAN_MIN=128; empty (base=) for
 #          the tree as it is. The kernels' tuning constants are #ifndef-guarded for this
-#          (cuda/matvec.cuh: MV_MINB, MV_MINB_Q, MV_MINB_Q8, MV_HOIST, MV_PF, MV_PF_ALL,
-#          MV_Q32_WIDE_NB, MV_U_K, MV_META_AHEAD, MV_EPI_AHEAD, MV_DIRECT_NB; cuda/matvec_launch.cuh:
-#          MV_WPS, MV_WPS_K, MV_SPLIT_STEPS, MV_R1, MV_R1_K, MV_R8, MV_R4W;
-#          cuda/attention.cuh: ATTN_TILE,
-#          ATTN_SPAN_MIN, ATTN_PU, ATTN_Q_EARLY; cuda/attention_decode.cu: ATTN_G; cuda/attention_prompt.cu: AP_NG;
-#          cuda/prefetch.cu: PF_MODE, PF_MAX_MB).
+#          (cuda/kernels/matvec.cuh: MV_MINB, MV_MINB_Q, MV_MINB_Q8, MV_HOIST, MV_PF,
+#          MV_PF_ALL, MV_Q32_WIDE_NB, MV_U_K, MV_META_AHEAD, MV_EPI_AHEAD, MV_DIRECT_NB;
+#          cuda/kernels/matvec_launch.cuh: MV_WPS, MV_WPS_K, MV_SPLIT_STEPS, MV_R1, MV_R1_K,
+#          MV_R8, MV_R4W; cuda/kernels/attention.cuh: ATTN_TILE, ATTN_SPAN_MIN, ATTN_PU,
+#          ATTN_Q_EARLY; cuda/kernels/attention_decode.cu: ATTN_G;
+#          cuda/kernels/attention_prompt.cu: AP_NG; cuda/kernels/prefetch.cu: PF_MODE,
+#          PF_MAX_MB).
 #   SHAPE:TYPE  m40-mkmodel presets and types, as tests/bench/run-model-bench.sh takes.
 # Options:
 #   --batches LIST  decode batches to time (m40-bench --batches; default 1)

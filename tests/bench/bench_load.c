@@ -19,9 +19,9 @@
 #include <cuda_runtime_api.h>
 
 #include "bench_model.h"
-#include "cuda/alloc.h"
-#include "cuda/device.h"
-#include "cuda/loader.h"
+#include "cuda/runtime/alloc.h"
+#include "cuda/runtime/device.h"
+#include "cuda/runtime/loader.h"
 #include "engine/engine.h"
 #include "m40/error.h"
 #include "model/gguf.h"

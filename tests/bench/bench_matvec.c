@@ -16,8 +16,8 @@
 #include <cuda_runtime_api.h>
 
 #include "bench_matvec.h"
-#include "cuda/device.h"
-#include "cuda/matvec.h"
+#include "cuda/runtime/device.h"
+#include "cuda/kernels/matvec.h"
 #include "m40/error.h"
 #include "model/ggml_type.h"
 

@@ -23,8 +23,8 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
-#include "cuda/cuda_engine.h"
-#include "cuda/launch.h"
+#include "cuda/engine/cuda_engine.h"
+#include "cuda/runtime/launch.h"
 #include "engine/engine.h"
 #include "m40/error.h"
 #include "model/ggml_type.h"

@@ -1,6 +1,6 @@
 /* tests/bench/bench_model.h - m40-bench's model benchmark (m40-bench --model FILE).
  *
- * Owns measuring one GGUF model on the CUDA engine (cuda/cuda_engine.h) through the
+ * Owns measuring one GGUF model on the CUDA engine (cuda/engine/cuda_engine.h) through the
  * engine interface (daemon/engine/engine.h), and its report:
  *   load     the time to create the engine (m40_cuda_engine_new: it maps the file, then
  *            uploads the tensor data with the io_uring loader) and to run the loader alone

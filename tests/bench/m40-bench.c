@@ -16,7 +16,7 @@
 
 #include "bench_matvec.h"
 #include "bench_model.h"
-#include "cuda/device.h"
+#include "cuda/runtime/device.h"
 #include "m40-version.h"
 #include "m40/error.h"
 

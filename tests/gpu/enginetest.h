@@ -4,7 +4,7 @@
 #ifndef M40_TESTS_ENGINETEST_H
 #define M40_TESTS_ENGINETEST_H
 
-#include "cuda/cuda_engine.h"
+#include "cuda/engine/cuda_engine.h"
 #include "gputest.h"
 #include "tests/model_file.h"
 

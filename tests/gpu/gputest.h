@@ -15,8 +15,8 @@
 
 #include <cuda_runtime_api.h>
 
-#include "cuda/device.h"
-#include "cuda/matvec.h"
+#include "cuda/runtime/device.h"
+#include "cuda/kernels/matvec.h"
 #include "m40/error.h"
 
 #define EXIT_SKIP 77

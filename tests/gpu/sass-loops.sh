@@ -3,10 +3,11 @@
 #
 # Usage: tests/gpu/sass-loops.sh [-D NAME=VALUE ...] FILE.cu KERNEL_REGEX
 #        tests/gpu/sass-loops.sh -h | --help
-# Compiles FILE.cu (one of cuda/*.cu) for sm_90 with the nvcc on PATH (or
+# Compiles FILE.cu (one of cuda/*/*.cu) for sm_90 with the nvcc on PATH (or
 # /usr/local/cuda/bin/nvcc) as the build does (-O3, the project's include folders; each
-# -D is passed on, e.g. -D MV_R1=8 for a tuning knob of cuda/matvec_launch.cuh), disassembles
-# it, and for every kernel whose mangled name matches KERNEL_REGEX (grep -E) prints its
+# -D is passed on, e.g. -D MV_R1=8 for a tuning knob of
+# cuda/kernels/matvec_launch.cuh), disassembles it, and for every kernel whose mangled
+# name matches KERNEL_REGEX (grep -E) prints its
 # registers and spills (ptxas -v) and each loop: the address range from a backward
 # branch's target to the branch, its instruction count and the count of each opcode,
 # largest first. A loop's count is per trip: divide by the weights one trip handles to
@@ -16,7 +17,7 @@
 # older one is on PyPI; .ci/sm52-check.sh prints sm_52 registers and spills).
 # Needs cuobjdump and nvdisasm: taken from PATH, else installed once from PyPI
 # (nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm, pinned below) into .venv/.
-# Example: tests/gpu/sass-loops.sh cuda/matvec_q.cu 'k_matvecILi2ELi1ELi4ELb1ELi0E'
+# Example: tests/gpu/sass-loops.sh cuda/kernels/matvec_q.cu 'k_matvecILi2ELi1ELi4ELb1ELi0E'
 # Exit status: 0, 1 on a failure (compiling, tools, no kernel matched), 2 for usage.
 set -euo pipefail
 

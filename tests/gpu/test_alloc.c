@@ -1,4 +1,4 @@
-/* tests/gpu/test_alloc.c - the device allocator (cuda/alloc.h) on a real GPU.
+/* tests/gpu/test_alloc.c - the device allocator (cuda/runtime/alloc.h) on a real GPU.
  *
  * Owns the checks that: a model that does not fit (free memory, or vram_limit_mb) fails
  * with a message naming what is needed and what is available; the limit caps the KV
@@ -29,7 +29,7 @@ int main(void)
 
 #include <cuda_runtime_api.h>
 
-#include "cuda/alloc.h"
+#include "cuda/runtime/alloc.h"
 #include "gputest.h"
 
 #define MiB ((uint64_t)1 << 20)

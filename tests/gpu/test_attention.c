@@ -1,4 +1,4 @@
-/* tests/gpu/test_attention.c - attention over the paged f16 KV cache (cuda/ops.h:
+/* tests/gpu/test_attention.c - attention over the paged f16 KV cache (cuda/kernels/ops.h:
  * m40_cuda_attention(), and m40_cuda_attention_prompt() for the tokens of one sequence)
  * against the CPU engine.
  *
@@ -44,7 +44,7 @@ int main(void)
 
 #include <cuda_runtime_api.h>
 
-#include "cuda/ops.h"
+#include "cuda/kernels/ops.h"
 #include "engine/ops.h"
 #include "engine/quant.h"
 #include "gputest.h"

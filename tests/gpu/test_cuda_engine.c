@@ -1,12 +1,12 @@
 /* tests/gpu/test_cuda_engine.c - whole models on the CUDA engine: acceptance 2 of issue 6
  * (greedy tokens and logits against the CPU engine's float32 specification, M40_ACT_F32)
- * and the device sampler (cuda/sample.h) end to end.
+ * and the device sampler (cuda/kernels/sample.h) end to end.
  *
  * Greedy, for each GGUF named on the command line: one sequence of 20 tokens, one of 100
  * (its prompt one step of one sequence: the query-tiled prompt attention) and a batch of four
  * sequences admitted together (prompts of 1, 5, 70 and 150 tokens: decode and prefill in
  * one step, a prompt split across steps by max_batch_tokens 128; steps of 128 and 101
- * tokens, which take the prefill GEMM of cuda/gemm.h (64 tokens or more); the batch keeps
+ * tokens, which take the prefill GEMM of cuda/kernels/gemm.h (64 tokens or more); the batch keeps
  * its logits), 64 greedy tokens each, picked on the device. Checks: the same tokens as the
  * CPU engine, and last-position logits within LOGIT_TOL of the largest |logit| (FP32 sums
  * in another order, over 64 tokens). Where the tokens part, the test asks the CPU engine
@@ -19,7 +19,7 @@
  * step each new token is replayed on the CPU sampler (m40_sampler_sample()) from the logits
  * the engine kept, the sequence's history (prompt and the device's tokens so far) and a host
  * rng state seeded as seqs.c seeds it: the tokens must be equal, or differ only as
- * cuda/sample.h's tolerance allows (tolerated() below; such picks are printed and, past 1%
+ * cuda/kernels/sample.h's tolerance allows (tolerated() below; such picks are printed and, past 1%
  * of the draws, fail). The replay goes on with the device's token. The batch runs twice on
  * one engine (its slots reused): both runs must give the same tokens. A summary line per
  * model counts the draws (both runs), exact matches and tolerated boundary picks.
@@ -38,9 +38,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda/cuda_engine.h"
-#include "cuda/launch.h"
-#include "cuda/sample.h"
+#include "cuda/engine/cuda_engine.h"
+#include "cuda/runtime/launch.h"
+#include "cuda/kernels/sample.h"
 #include "engine/sampler.h"
 #include "gputest.h"
 #include "enginetest.h"
@@ -467,7 +467,7 @@ static bool draw_ok(struct cpu_view *v, const struct m40_sampling *p, uint32_t n
 }
 
 /* tolerated - whether the device's token dev, where the CPU replay drew cpu_tok from the
- * same logits, history and rng state (before the draw), is within cuda/sample.h's
+ * same logits, history and rng state (before the draw), is within cuda/kernels/sample.h's
  * tolerance. The rule, on the CPU's own numbers in sampler.c's order (penalties;
  * candidates sorted by logit descending, id ascending; top-k; top-p on the weights
  * exp(l - l0) normalized over the top-k; min-p; weights at the temperature; the draw u):

@@ -1,5 +1,5 @@
-/* tests/gpu/test_decode.cu - the GPU decoders of cuda/quant.cuh and the matrix-vector
- * inner loop of cuda/matvec.cuh, run on the CPU (they are __host__ __device__).
+/* tests/gpu/test_decode.cu - the GPU decoders of cuda/kernels/quant.cuh and the matrix-vector
+ * inner loop of cuda/kernels/matvec.cuh, run on the CPU (they are __host__ __device__).
  *
  * Owns the checks, needing no GPU (suite 'unit', so CI without a GPU runs them), that
  * for every weight type deq8(), reading the device layout (rows made by split_row()),
@@ -17,8 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda/layout.cuh"
-#include "cuda/matvec_launch.cuh"
+#include "cuda/kernels/layout.cuh"
+#include "cuda/kernels/matvec_launch.cuh"
 
 extern "C" {
 #include "engine/quant.h"

@@ -1,4 +1,4 @@
-/* tests/gpu/test_device.c - the CUDA device module (cuda/device.h) on a real GPU.
+/* tests/gpu/test_device.c - the CUDA device module (cuda/runtime/device.h) on a real GPU.
  *
  * Owns the checks that: GPU 0 opens and its properties are sane; a missing GPU
  * ordinal fails with a clear message; m40_cuda_copy() copies exactly, for ragged
@@ -32,7 +32,7 @@ int main(void)
 
 #include <cuda_runtime_api.h>
 
-#include "cuda/device.h"
+#include "cuda/runtime/device.h"
 #include "m40/error.h"
 
 #define GUARD     64 /* poisoned bytes checked on each side of a copy */

@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda/launch.h"
+#include "cuda/runtime/launch.h"
 #include "enginetest.h"
 #include "gputest.h"
 

@@ -1,4 +1,4 @@
-/* tests/gpu/test_gemm.c - the prefill GEMM (cuda/gemm.h) against the CPU reference.
+/* tests/gpu/test_gemm.c - the prefill GEMM (cuda/kernels/gemm.h) against the CPU reference.
  *
  * Owns the checks that, for every weight type (F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1
  * Q4_K Q5_K Q6_K):
@@ -46,7 +46,7 @@ int main(void)
 
 #include <cuda_runtime_api.h>
 
-#include "cuda/gemm.h"
+#include "cuda/kernels/gemm.h"
 #include "gputest.h"
 #include "model/ggml_type.h"
 #include "quantize.h"

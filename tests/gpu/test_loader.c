@@ -1,4 +1,4 @@
-/* tests/gpu/test_loader.c - the model loader (cuda/loader.h) on a real GPU.
+/* tests/gpu/test_loader.c - the model loader (cuda/runtime/loader.h) on a real GPU.
  *
  * Owns the checks that a GGUF file written by m40-mkmodel (argv[1]) lands on the device
  * byte for byte, every tensor at m40_cuda_weights_tensor(), through io_uring and through
@@ -30,8 +30,8 @@ int main(void)
 
 #include <cuda_runtime_api.h>
 
-#include "cuda/alloc.h"
-#include "cuda/loader.h"
+#include "cuda/runtime/alloc.h"
+#include "cuda/runtime/loader.h"
 #include "gputest.h"
 #include "model/gguf.h"
 

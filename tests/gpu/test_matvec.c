@@ -1,4 +1,4 @@
-/* tests/gpu/test_matvec.c - the matrix kernels (cuda/matvec.h) against the CPU reference.
+/* tests/gpu/test_matvec.c - the matrix kernels (cuda/kernels/matvec.h) against the CPU reference.
  *
  * Owns the checks that for every weight type (F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K
  * Q5_K Q6_K), several shapes with ragged edges (rows not a multiple of the 4-row warp
@@ -48,8 +48,8 @@ int main(void)
 
 #include <cuda_runtime_api.h>
 
-#include "cuda/matvec.h"
-#include "cuda/ops.h"
+#include "cuda/kernels/matvec.h"
+#include "cuda/kernels/ops.h"
 #include "gputest.h"
 #include "model/ggml_type.h"
 #include "testmat.h"

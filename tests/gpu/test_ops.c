@@ -1,6 +1,6 @@
-/* tests/gpu/test_ops.c - the per-token op kernels (cuda/ops.h) against the CPU engine.
+/* tests/gpu/test_ops.c - the per-token op kernels (cuda/kernels/ops.h) against the CPU engine.
  *
- * Owns the checks that every launcher of cuda/ops.h computes what its CPU reference
+ * Owns the checks that every launcher of cuda/kernels/ops.h computes what its CPU reference
  * (the CPU engine in M40_ACT_F32 mode, the spec) computes, on fresh random inputs of
  * several shapes, ragged ones included, and writes every output element and nothing
  * else: outputs are poisoned first (all-ones bytes, a NaN), guard columns past each
@@ -48,8 +48,8 @@ int main(void)
 
 #include <cuda_runtime_api.h>
 
-#include "cuda/matvec.h"
-#include "cuda/ops.h"
+#include "cuda/kernels/matvec.h"
+#include "cuda/kernels/ops.h"
 #include "engine/model.h"
 #include "engine/ops.h"
 #include "engine/quant.h"

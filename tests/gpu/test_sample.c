@@ -1,4 +1,4 @@
-/* tests/gpu/test_sample.c - on-device sampling (cuda/sample.h) against the CPU engine's
+/* tests/gpu/test_sample.c - on-device sampling (cuda/kernels/sample.h) against the CPU engine's
  * sampler (m40_sampler_sample(), daemon/engine/sampler.c).
  *
  * Owns the checks that for random logits rows (vocabularies of 1 to 128257 entries, ragged
@@ -43,7 +43,7 @@ int main(void)
 
 #include <cuda_runtime_api.h>
 
-#include "cuda/sample.h"
+#include "cuda/kernels/sample.h"
 #include "engine/sampler.h"
 #include "gputest.h"
 

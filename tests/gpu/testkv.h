@@ -12,7 +12,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "cuda/ops.h"
+#include "cuda/kernels/ops.h"
 #include "engine/quant.h"
 #include "gputest.h"
 #include "m40/error.h"

@@ -21,7 +21,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "cuda/matvec.h"
+#include "cuda/kernels/matvec.h"
 #include "gputest.h"
 #include "model/ggml_type.h"
 #include "quantize.h"

@@ -36,7 +36,7 @@
 #include "text/detok.h"
 #include "text/vocab.h"
 #ifdef M40_HAVE_CUDA_ENGINE
-#include "cuda/cuda_engine.h"
+#include "cuda/engine/cuda_engine.h"
 #endif
 
 #define MAX_PROMPT  65536 /* token ids over all prompts */

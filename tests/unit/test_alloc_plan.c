@@ -1,4 +1,4 @@
-/* tests/unit/test_alloc_plan.c - the device allocator's plan (cuda/alloc.h) for GPUs of
+/* tests/unit/test_alloc_plan.c - the device allocator's plan (cuda/runtime/alloc.h) for GPUs of
  * given sizes, without a GPU (m40_cuda_alloc_plan_mem()): how a KV pool that fills the
  * rest is sized (the free memory less M40_CUDA_ALLOC_HEADROOM and
  * M40_CUDA_ALLOC_FILL_HEADROOM, or vram_limit_mb), capped at kv_pages_max and at
@@ -13,7 +13,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cuda/alloc.h"
+#include "cuda/runtime/alloc.h"
 #include "tests/check.h"
 
 #define MiB ((uint64_t)1 << 20)

@@ -1,4 +1,4 @@
-/* tests/unit/test_l2_plan.c - the plan of a decode step's L2 prefetches (cuda/l2_plan.h):
+/* tests/unit/test_l2_plan.c - the plan of a decode step's L2 prefetches (cuda/engine/l2_plan.h):
  * the budget from a device's bandwidth and L2, and the ranges the plan hands out: whole
  * 128-byte lines, each matrix asked for in order from its start, no byte twice, never
  * past a matrix or over a budget. Plain C, no GPU: the plan only does arithmetic on the
@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "cuda/l2_plan.h"
+#include "cuda/engine/l2_plan.h"
 #include "tests/check.h"
 
 static char arena[1 << 20]; /* the matrices' addresses */
