@@ -117,6 +117,7 @@ static bool read_entry(int dfd, const char *dir, const char *file, struct entry 
 {
         char name[256], path[4352];
         struct stat st;
+        size_t len;
 
         memset(e, 0, sizeof(*e));
         snprintf(name, sizeof(name), "%s", file);
@@ -128,9 +129,11 @@ static bool read_entry(int dfd, const char *dir, const char *file, struct entry 
         } else if (!take_suffix(name, ".gguf")) {
                 return false;
         }
-        if (m40_store_name_check(name, NULL) || fstatat(dfd, file, &st, 0) || !S_ISREG(st.st_mode))
+        len = strlen(name); /* at most M40_STORE_NAME_MAX when the check passes */
+        if (m40_store_name_check(name, NULL) || len >= sizeof(e->name) ||
+            fstatat(dfd, file, &st, 0) || !S_ISREG(st.st_mode))
                 return false;
-        snprintf(e->name, sizeof(e->name), "%s", name);
+        memcpy(e->name, name, len + 1);
         e->bytes = (uint64_t)st.st_size;
         e->mtime = st.st_mtime;
         if (!e->partial) {
