@@ -124,16 +124,23 @@ static int scratch(struct m40_cuda_fwd *f, char *err, size_t errlen)
         f->rms.ldxg = f->ld_dim;
         r = r ? r : m40_cuda_scratch_f32(f->a, f->rms.partial_bytes / 4, &f->rms.partial);
         r = r ? r : m40_cuda_scratch_alloc(f->a, sizeof(unsigned), (void **)&f->rms.count);
-        if (!r && f->part_bytes)
+        if (!r && f->part_bytes) { /* its counters start at zero (matvec.h, m40_cuda_mmq) */
                 r = m40_cuda_scratch_alloc(f->a, f->part_bytes, (void **)&f->part);
+                r = r ? r
+                      : m40_cuda_status(cudaMemset(f->part, 0,
+                                                   f->part_bytes < M40_CUDA_MMQ_SEM_BYTES
+                                                           ? f->part_bytes
+                                                           : M40_CUDA_MMQ_SEM_BYTES),
+                                        "cudaMemset", err, errlen);
+        }
         if (!r && f->attn_ws_bytes) { /* its counters start at zero (ops.h) */
                 r = m40_cuda_scratch_alloc(f->a, f->attn_ws_bytes, &f->attn_ws);
                 r = r ? r
                       : m40_cuda_status(cudaMemset(f->attn_ws, 0, f->attn_ws_bytes), "cudaMemset",
                                         err, errlen);
-                /* done before any launch on the non-blocking stream */
-                r = r ? r : m40_cuda_status(cudaDeviceSynchronize(), "cudaMemset", err, errlen);
         }
+        /* the memsets are done before any launch on the non-blocking stream */
+        r = r ? r : m40_cuda_status(cudaDeviceSynchronize(), "cudaMemset", err, errlen);
         if (r)
                 return r;
         f->meta_h = malloc(f->meta_bytes);
@@ -188,9 +195,10 @@ static uint64_t gemm_tile_bytes(const struct m40_model *m)
         return b < M40_CUDA_GEMM_SCRATCH_DEFAULT ? b : M40_CUDA_GEMM_SCRATCH_DEFAULT;
 }
 
-/* part_bytes - m40_cuda_mmq()'s partial sums for steps of up to n tokens: 16 splits of
- * min(n, 64) columns of the widest launch (q, k and v together; gate and up; the output
- * matrix), at most FWD_PART_MAX; 0 when no step is wider than the matrix-vector kernel. */
+/* part_bytes - m40_cuda_mmq()'s counters and partial sums for steps of up to n tokens: 16
+ * splits of min(n, 64) columns of the widest launch (q, k and v together; gate and up;
+ * the output matrix), at most FWD_PART_MAX in all; 0 when no step is wider than the
+ * matrix-vector kernel. */
 static size_t part_bytes(const struct m40_model *m, uint32_t n, uint32_t mv_max)
 {
         const size_t cols = n < 64 ? n : 64;
@@ -200,7 +208,7 @@ static size_t part_bytes(const struct m40_model *m, uint32_t n, uint32_t mv_max)
                 return 0;
         rows = rows > (size_t)m->q_dim + 2 * m->kv_dim ? rows : (size_t)m->q_dim + 2 * m->kv_dim;
         rows = rows > 2 * (size_t)m->n_ff ? rows : 2 * (size_t)m->n_ff;
-        b = 16 * cols * rows * sizeof(float);
+        b = M40_CUDA_MMQ_SEM_BYTES + 16 * cols * rows * sizeof(float);
         return b < FWD_PART_MAX ? b : FWD_PART_MAX;
 }
 

@@ -162,7 +162,14 @@ static int launch_mq(const struct mv_args *a, int n, uint32_t type, bool add, fl
         q.x = a[0].x;
         q.ldx = a[0].ldx;
         q.nb = a[0].nb;
-        q.part = part_bytes >= (size_t)q.nb * q.m.rows * sizeof(float) ? part : NULL;
+        if (part_bytes > M40_CUDA_MMQ_SEM_BYTES) { /* the counters, then the partials */
+                q.sem = (unsigned *)part;
+                part += M40_CUDA_MMQ_SEM_BYTES / sizeof(float);
+                part_bytes -= M40_CUDA_MMQ_SEM_BYTES;
+        } else {
+                part_bytes = 0;
+        }
+        q.part = part_bytes ? part : NULL;
         sms = sm_count();
         r = m40_mq_launch_f(type, &q, sms, part_bytes, stream);
         if (r == -ENOTSUP)

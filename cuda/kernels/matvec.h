@@ -98,13 +98,18 @@ int m40_cuda_matmul_tiled(const struct m40_cuda_matrix *w, const float *x, size_
  * batch 1..M40_CUDA_MMQ_MAX_BATCH columns (decode steps of many sequences, prompt
  * chunks): one launch of the batched kernel (cuda/kernels/mmq.cuh: weight tiles dequantized
  * once per step into shared memory, FP32 register tiles over all columns), W read once
- * per 64 columns. When its tiles are too few to fill the GPU, k is split and the splits'
- * partial sums go to `part` (device scratch, 16-byte aligned, part_bytes; NULL and 0:
- * never split), then a second launch adds them up in a fixed order: deterministic.
- * Splits use at most part_bytes (a split takes batch x the matrices' n_out floats). Each
- * y[i] (ldy[i]) as for m40_cuda_matmul(); outputs must not overlap each other, x or
- * part. Errors as m40_cuda_matmul_n(), -EINVAL also for a misaligned part. */
+ * per 64 columns. `part` (device scratch, 16-byte aligned, part_bytes; NULL and 0: none)
+ * lets it fill the GPU when its tiles are too few: its first M40_CUDA_MMQ_SEM_BYTES are
+ * counters that must be zero before the first call (cudaMemset once) and that every
+ * call leaves zero, the rest holds partial sums: the resident blocks share the tiles'
+ * k steps evenly and the block that finishes a tile last adds its pieces up (mmq.cuh,
+ * the shared schedule), or, where that does not fit, k is split over a grid of tiles and
+ * a second launch adds the splits up (a split takes batch x the matrices' n_out floats);
+ * either in a fixed order: deterministic. Each y[i] (ldy[i]) as for m40_cuda_matmul();
+ * outputs must not overlap each other, x or part. Errors as m40_cuda_matmul_n(), -EINVAL
+ * also for a misaligned part. */
 #define M40_CUDA_MMQ_MAX_BATCH 65536
+#define M40_CUDA_MMQ_SEM_BYTES ((size_t)16384)
 int m40_cuda_mmq(const struct m40_cuda_matrix *w, uint32_t n, const float *x, size_t ldx,
                  float *const *y, const size_t *ldy, uint32_t batch, bool add, float *part,
                  size_t part_bytes, struct CUstream_st *stream);

@@ -35,12 +35,14 @@
  *   those, L1 lookups and not the FMAs bounded the kernel. The 8 x 8 thread tile of
  *   classic Maxwell SGEMM (1 shared byte per FMA instead of 1.5) measured no faster
  *   here (knob MQ_S64; RESULTS.md).
- * k_mmq<T, S> - grid (row tiles of up to MQ_MAX_MATS matrices that share x, ceil(nb /
- *   TN), splits): block (x, y, z) is tile x of the matrices (numbered across them),
- *   columns TN * y.., and the z-th of `nsplit` equal k ranges (multiples of MQ_KS).
- *   With one split it writes (or adds to) y; with more it writes its partial sums to
- *   part[z][c][row across the matrices], and k_mmq_reduce adds the splits up in order
- *   (deterministic: no atomics) into y.
+ * k_mmq<T, S> - on the shared schedule (mq_sched.cuh; a.sem set): a 1-D grid of the
+ *   resident blocks, each taking its share of the units (row tiles of up to MQ_MAX_MATS
+ *   matrices that share x, numbered across them, times ceil(nb / TN) column tiles) x
+ *   MQ_KS steps of k. Else grid (row tiles, ceil(nb / TN), splits): block (x, y, z) is
+ *   tile x, columns TN * y.., and the z-th of `nsplit` equal k ranges (multiples of
+ *   MQ_KS); with one split it writes (or adds to) y; with more it writes its partial
+ *   sums to part[z][c][row across the matrices], and k_mmq_reduce adds the splits up in
+ *   order into y. Either way deterministic.
  * Tolerance: FP32 sums of exact weights, in another order than k_matvec's: the same
  *   bound as matvec.cuh (tests/gpu/test_mmq.c: 1e-5 of sum |w x|).
  * Maxwell-clean (sm_52): FP32 FMA, at most 48 KB of static shared memory per block,
@@ -56,10 +58,10 @@
 
 #include "cuda/runtime/launch.h"
 #include "cuda/kernels/matvec.h"
+#include "cuda/kernels/mq_sched.cuh"
 #include "cuda/kernels/quant.cuh"
 
 #define MQ_KS       32 /* k per step: one 32-element block of the Q types */
-#define MQ_MAX_MATS 3
 #define MQ_SMEM_MAX (48 * 1024)
 
 /* A tile shape: TM rows x TN columns per block of NT (TM or 2 TM) threads, MR x NR
@@ -302,60 +304,32 @@ mq_tile(float (&acc)[S::MR][S::NR], const uint8_t *__restrict__ w, size_t row_by
         __syncthreads(); /* smem free for the caller */
 }
 
-/* k_mmq's matrices: 1 to MQ_MAX_MATS of one type, n_in and row_bytes that multiply the
- * same x; row tiles numbered across them (matrix i: [t_end[i - 1], t_end[i])), and rows
- * across them for the partial sums (matrix i's rows start at r_base[i]). */
-struct mq_mats {
-        const uint8_t *w[MQ_MAX_MATS];
-        float *y[MQ_MAX_MATS];
-        int n_out[MQ_MAX_MATS], ldy[MQ_MAX_MATS], t_end[MQ_MAX_MATS], r_base[MQ_MAX_MATS];
-        int n;    /* matrices */
-        int rows; /* sum of n_out: a column's length in part */
-        bool add; /* y += x W^T instead of y = x W^T */
-};
-
-struct mq_args {
-        struct mq_mats m;
-        size_t row_bytes;
-        int n_in;
-        const float *x;
-        int ldx, nb;
-        int nsplit, kper; /* splits of k, k per split (a multiple of MQ_KS) */
-        float *part;      /* nsplit > 1: nsplit x nb x m.rows floats */
-};
-
-template <int T, class S>
-static __global__ void __launch_bounds__(S::NT, S::MINB) k_mmq(const struct mq_args a)
+/* mq_out - write thread (ty, tx)'s outputs acc of the unit at g: y (+)= acc, or with
+ * k split (nsplit > 1) the partial sums of split z. */
+template <class S>
+__device__ __forceinline__ void mq_out(const struct mq_args &a, const struct mq_geom &g, int z,
+                                       const float (&acc)[S::MR][S::NR])
 {
-        __shared__ __align__(16) float smem[S::SMEM];
-        float acc[S::MR][S::NR];
-        const int tile = blockIdx.x, col0 = blockIdx.y * S::TN, z = blockIdx.z;
-        const int mi =
-                a.m.n > 1 && tile >= a.m.t_end[0] ? (a.m.n > 2 && tile >= a.m.t_end[1] ? 2 : 1) : 0;
-        const int row0 = (tile - (mi ? a.m.t_end[mi - 1] : 0)) * S::TM;
-        const int n_rows = min(S::TM, a.m.n_out[mi] - row0), ncols = min(S::TN, a.nb - col0);
-        const int k0 = z * a.kper, k1 = min(a.n_in, k0 + a.kper);
         const int ty = threadIdx.x / S::TX, tx = threadIdx.x % S::TX;
 
-        mq_tile<T, S>(acc, a.m.w[mi] + (size_t)row0 * a.row_bytes, a.row_bytes, n_rows, a.n_in, k0,
-                      k1, a.x + (size_t)col0 * a.ldx, a.ldx, ncols, smem);
 #pragma unroll
         for (int j = 0; j < S::NR; j++) {
                 const int c = mq_col<S>(tx, j);
 
-                if (c >= ncols)
+                if (c >= g.ncols)
                         continue;
 #pragma unroll
                 for (int i = 0; i < S::MR; i++) {
                         const int o = ty * S::MR + i;
 
-                        if (o >= n_rows)
+                        if (o >= g.n_rows)
                                 continue;
                         if (a.nsplit > 1) {
-                                a.part[((size_t)z * a.nb + col0 + c) * a.m.rows + a.m.r_base[mi] +
-                                       row0 + o] = acc[i][j];
+                                a.part[((size_t)z * a.nb + g.col0 + c) * a.m.rows +
+                                       a.m.r_base[g.mi] + g.row0 + o] = acc[i][j];
                         } else {
-                                float *yo = a.m.y[mi] + (size_t)(col0 + c) * a.m.ldy[mi] + row0 + o;
+                                float *yo = a.m.y[g.mi] + (size_t)(g.col0 + c) * a.m.ldy[g.mi] +
+                                            g.row0 + o;
 
                                 *yo = a.m.add ? *yo + acc[i][j] : acc[i][j];
                         }
@@ -363,69 +337,46 @@ static __global__ void __launch_bounds__(S::NT, S::MINB) k_mmq(const struct mq_a
         }
 }
 
-/* k_mmq_reduce - y (+)= the nsplit partial sums of each output, split 0 first. One
- * thread per output: grid-stride over nb x m.rows. */
-static __global__ void __launch_bounds__(256) k_mmq_reduce(const struct mq_args a)
+/* k_mmq - with a.sem the shared schedule (1-D grid), else the grid of the file comment. */
+template <int T, class S>
+static __global__ void __launch_bounds__(S::NT, S::MINB) k_mmq(const struct mq_args a)
 {
-        const size_t total = (size_t)a.nb * a.m.rows; /* also one split's stride */
+        __shared__ __align__(16) float smem[S::SMEM];
+        float acc[S::MR][S::NR];
 
-        for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
-             i += (size_t)gridDim.x * blockDim.x) {
-                const int c = (int)(i / a.m.rows), row = (int)(i % a.m.rows);
-                const int mi = a.m.n > 1 && row >= a.m.r_base[1]
-                                       ? (a.m.n > 2 && row >= a.m.r_base[2] ? 2 : 1)
-                                       : 0;
-                float s = a.part[i];
+        long long it = a.sem ? mq_sk_start(a.work, gridDim.x, blockIdx.x) : 0;
+        const long long it1 = a.sem ? mq_sk_start(a.work, gridDim.x, blockIdx.x + 1) : 1;
 
-                for (int z = 1; z < a.nsplit; z++)
-                        s += a.part[i + (size_t)z * total];
-                float *yo = a.m.y[mi] + (size_t)c * a.m.ldy[mi] + row - a.m.r_base[mi];
-                *yo = a.m.add ? *yo + s : s;
-        }
-}
+        while (it < it1) { /* on a grid of tiles: once */
+                const struct mq_piece pc = mq_next(a, &it, it1, S::TM, S::TN, MQ_KS);
+                const struct mq_geom &g = pc.g;
 
-/* ---- launch (host) ---- */
+                mq_tile<T, S>(acc, a.m.w[g.mi] + (size_t)g.row0 * a.row_bytes, a.row_bytes,
+                              g.n_rows, a.n_in, pc.k0, pc.k1, a.x + (size_t)g.col0 * a.ldx, a.ldx,
+                              g.ncols, smem);
+                if (pc.whole) {
+                        mq_out<S>(a, g, pc.z, acc);
+                } else if (mq_sk_count<S::MR, S::NR, S::NT>(acc, a, pc.u, true, threadIdx.x)) {
+                        mq_sk_sum<S::MR * S::NR, S::NT>(a, pc.u, [&](int e, float v) {
+                                const int t = e % S::NT, i = e / S::NT / S::NR;
+                                const int c = mq_col<S>(t % S::TX, e / S::NT % S::NR);
+                                const int o = t / S::TX * S::MR + i;
 
-/* Splits of k no fewer than this many steps each (k_mmq), and at most this many splits. */
-#ifndef MQ_SPLIT_MIN_STEPS
-#define MQ_SPLIT_MIN_STEPS 4
-#endif
-#define MQ_MAX_SPLIT 16
+                                if (c < g.ncols && o < g.n_rows) {
+                                        float *yo = a.m.y[g.mi] +
+                                                    (size_t)(g.col0 + c) * a.m.ldy[g.mi] + g.row0 +
+                                                    o;
 
-/* mq_split - the splits of k for `blocks` blocks of `steps` k steps on `slots` resident
- * blocks: the fewest that come within 2% of the best fill of the last wave (blocks x s /
- * (slots x waves)), at most MQ_MAX_SPLIT, steps / min_steps and max_split. */
-static inline int mq_split(long blocks, int steps, long slots, int max_split, int min_steps)
-{
-        int best = 1, cap = steps / min_steps;
-        double best_fill = 0.0;
-
-        cap = cap < max_split ? cap : max_split;
-        cap = cap < MQ_MAX_SPLIT ? cap : MQ_MAX_SPLIT;
-        for (int s = 1; s <= (cap > 1 ? cap : 1); s++) {
-                const long work = blocks * s, waves = (work + slots - 1) / slots;
-                const double fill = (double)work / (double)(slots * waves);
-
-                if (fill > best_fill + 0.02) {
-                        best = s;
-                        best_fill = fill;
+                                        *yo = a.m.add ? *yo + v : v;
+                                }
+                        });
                 }
         }
-        return best;
 }
 
-/* mq_reduce - k_mmq_reduce over a (a.nsplit > 1): y (+)= the splits' partial sums. */
-static inline int mq_reduce(const struct mq_args *a, int sms, cudaStream_t stream)
-{
-        const size_t outs = (size_t)a->nb * a->m.rows, want = (size_t)sms * 8;
-        const size_t blocks = (outs + 255) / 256 < want ? (outs + 255) / 256 : want;
-
-        k_mmq_reduce<<<(unsigned)blocks, 256, 0, stream>>>(*a);
-        return m40_cuda_launch_status("k_mmq_reduce");
-}
-
-/* launch_mq_s - k_mmq<T, S> over a's matrices (t_end, nsplit, kper filled in here), then
- * k_mmq_reduce when k is split; part_bytes of a.part bound the splits. */
+/* launch_mq_s - k_mmq<T, S> over a's matrices (t_end, nsplit, kper filled in here): on the
+ * shared schedule where mq_sk_plan() allows, else on a grid of tiles, then k_mmq_reduce
+ * when k is split; part_bytes of a.part bound the splits or slots. */
 template <int T, class S>
 static int launch_mq_s(struct mq_args a, int sms, size_t part_bytes, cudaStream_t stream)
 {
@@ -443,6 +394,13 @@ static int launch_mq_s(struct mq_args a, int sms, size_t part_bytes, cudaStream_
                         per_sm < 1)) {
                 (void)cudaGetLastError();
                 per_sm = 1;
+        }
+        const int sk =
+                mq_sk_plan(&a, tiles * cols, steps, cols, (long)sms * per_sm,
+                           (size_t)S::TM * S::TN * sizeof(float), part_bytes, MQ_SPLIT_MIN_STEPS);
+        if (sk) {
+                k_mmq<T, S><<<(unsigned)sk, S::NT, 0, stream>>>(a);
+                return m40_cuda_launch_status("k_mmq");
         }
         a.nsplit = a.part ? mq_split((long)tiles * cols, steps, (long)sms * per_sm,
                                      (int)(part_bytes / col_bytes), MQ_SPLIT_MIN_STEPS)

@@ -37,10 +37,11 @@
  *   At 2..4 columns the matrix-vector kernel is faster (its weights stream at the
  *   bandwidth with the fused epilogues); from 9 columns mmq.cuh's tiles, which share
  *   each decoded weight across 16-64 columns (RESULTS.md has the A/B).
- * k_mmr<T, NR, VEC> - grid (row tiles across up to MQ_MAX_MATS matrices, ceil(nb / NR),
- *   splits of k); block S::KG warps that take the chunks of the block's k range in turn, then
- *   add their sums in shared memory in a fixed order (warp 0 writes). With one split it
- *   writes (or adds to) y; with more, partial sums and k_mmq_reduce, as k_mmq.
+ * k_mmr<T, NR, VEC> - blocks of S::KG warps that take the chunks of the block's k range
+ *   of a unit (row tile x column tile) in turn, then add their sums in shared memory in
+ *   a fixed order (warp 0 writes). Scheduled as k_mmq: on the shared schedule
+ *   (mq_sched.cuh; its steps are chunks), or on a grid (row tiles across up to
+ *   MQ_MAX_MATS matrices, ceil(nb / NR), splits of k) with k_mmq_reduce.
  * Tolerance: FP32 sums of products with weights made whole by one FMA (d v + m, not the
  *   CPU's two roundings): a few 1e-7 of sum |w x| (the matrix-vector kernel's direct
  *   form, matvec.cuh mv_piece_direct); tests/gpu/test_mmq.c bounds it at 1e-5.
@@ -108,6 +109,7 @@ template <int T, int NR_> struct mr_shape {
         enum { SMEM = XF * KG > RED ? XF *KG : RED };
         static_assert(XK % 4 == 0 && (NR == 8 || NR == 16), "runs of 4, column tiles");
         static_assert(SMEM * 4 <= MQ_SMEM_MAX, "static shared memory of sm_52");
+        static_assert(MR * NR % KG == 0, "the block adds a unit's pieces up evenly");
 };
 
 /* Load chunk c's pieces of the lane's rows (rw[i]: row i's start) into r; pieces past
@@ -269,65 +271,70 @@ __device__ __forceinline__ void mr_warp(float (&acc)[S::MR][S::NR], const uint8_
         }
 }
 
-template <int T, int NR, bool VEC>
-static __global__ void __launch_bounds__(mr_shape<T, NR>::NT) k_mmr(const struct mq_args a)
+/* mr_unit - acc (warp 0's, the other warps' are spent) = the block's outputs of the unit
+ * at g over k in [k0, k1) (k0 a multiple of S::XK): the KG warps take its chunks in
+ * turn, then add their sums in shared memory in warp order. Every thread calls it;
+ * smem is free again after a barrier. */
+template <int T, class S, bool VEC>
+__device__ __forceinline__ void mr_unit(float (&acc)[S::MR][S::NR], const struct mq_args &a,
+                                        const struct mq_geom &g, int k0, int k1, float *smem)
 {
-        typedef mr_shape<T, NR> S;
-        __shared__ __align__(16) float smem[S::SMEM];
-        float acc[S::MR][S::NR];
         const int lane = threadIdx.x & 31, kw = threadIdx.x >> 5;
-        const int tile = blockIdx.x, col0 = blockIdx.y * NR, z = blockIdx.z;
-        const int mi =
-                a.m.n > 1 && tile >= a.m.t_end[0] ? (a.m.n > 2 && tile >= a.m.t_end[1] ? 2 : 1) : 0;
-        const int row0 = (tile - (mi ? a.m.t_end[mi - 1] : 0)) * S::TM;
-        const int n_rows = min(S::TM, a.m.n_out[mi] - row0), ncols = min(NR, a.nb - col0);
-        const int k0 = z * a.kper, k1 = min(a.n_in, k0 + a.kper);
 
 #pragma unroll
         for (int m = 0; m < S::MR; m++)
 #pragma unroll
-                for (int col = 0; col < NR; col++)
+                for (int col = 0; col < S::NR; col++)
                         acc[m][col] = 0.0f;
-        mr_warp<T, S, VEC>(acc, a.m.w[mi] + (size_t)row0 * a.row_bytes, a.row_bytes, n_rows, a.n_in,
-                           k0, k1, a.x + (size_t)col0 * a.ldx, a.ldx, ncols, smem + kw * S::XF, kw,
-                           S::KG);
-        if (S::KG > 1) {         /* the other warps' sums to warp 0, added in warp order */
-                __syncthreads(); /* every warp is done with its activation buffer */
-                if (kw) {
+        mr_warp<T, S, VEC>(acc, a.m.w[g.mi] + (size_t)g.row0 * a.row_bytes, a.row_bytes, g.n_rows,
+                           a.n_in, k0, k1, a.x + (size_t)g.col0 * a.ldx, a.ldx, g.ncols,
+                           smem + kw * S::XF, kw, S::KG);
+        if (S::KG == 1)
+                return;
+        __syncthreads(); /* every warp is done with its activation buffer */
+        if (kw) {
 #pragma unroll
-                        for (int m = 0; m < S::MR; m++)
+                for (int m = 0; m < S::MR; m++)
 #pragma unroll
-                                for (int col = 0; col < NR; col++)
-                                        smem[(((kw - 1) * S::MR + m) * NR + col) * 32 + lane] =
-                                                acc[m][col];
-                }
-                __syncthreads();
-                if (kw)
-                        return;
-                for (int v = 0; v < S::KG - 1; v++)
-#pragma unroll
-                        for (int m = 0; m < S::MR; m++)
-#pragma unroll
-                                for (int col = 0; col < NR; col++)
-                                        acc[m][col] +=
-                                                smem[((v * S::MR + m) * NR + col) * 32 + lane];
+                        for (int col = 0; col < S::NR; col++)
+                                smem[(((kw - 1) * S::MR + m) * S::NR + col) * 32 + lane] =
+                                        acc[m][col];
         }
+        __syncthreads();
+        if (kw)
+                return;
+        for (int v = 0; v < S::KG - 1; v++)
 #pragma unroll
-        for (int col = 0; col < NR; col++) {
-                if (col >= ncols)
+                for (int m = 0; m < S::MR; m++)
+#pragma unroll
+                        for (int col = 0; col < S::NR; col++)
+                                acc[m][col] += smem[((v * S::MR + m) * S::NR + col) * 32 + lane];
+}
+
+/* mr_out - warp 0 writes its outputs acc of the unit at g: y (+)= acc, or with k split
+ * (nsplit > 1) the partial sums of split z. */
+template <class S>
+__device__ __forceinline__ void mr_out(const struct mq_args &a, const struct mq_geom &g, int z,
+                                       const float (&acc)[S::MR][S::NR])
+{
+        const int lane = threadIdx.x & 31;
+
+#pragma unroll
+        for (int col = 0; col < S::NR; col++) {
+                if (col >= g.ncols)
                         break;
 #pragma unroll
                 for (int m = 0; m < S::MR; m++) {
                         const int o = 32 * m + lane;
 
-                        if (o >= n_rows)
+                        if (o >= g.n_rows)
                                 continue;
                         if (a.nsplit > 1) {
-                                a.part[((size_t)z * a.nb + col0 + col) * a.m.rows + a.m.r_base[mi] +
-                                       row0 + o] = acc[m][col];
+                                a.part[((size_t)z * a.nb + g.col0 + col) * a.m.rows +
+                                       a.m.r_base[g.mi] + g.row0 + o] = acc[m][col];
                         } else {
-                                float *yo =
-                                        a.m.y[mi] + (size_t)(col0 + col) * a.m.ldy[mi] + row0 + o;
+                                float *yo = a.m.y[g.mi] + (size_t)(g.col0 + col) * a.m.ldy[g.mi] +
+                                            g.row0 + o;
 
                                 *yo = a.m.add ? *yo + acc[m][col] : acc[m][col];
                         }
@@ -335,10 +342,48 @@ static __global__ void __launch_bounds__(mr_shape<T, NR>::NT) k_mmr(const struct
         }
 }
 
+/* k_mmr - with a.sem the shared schedule (mq_sched.cuh; 1-D grid, units of S::XK-element
+ * chunks), else the grid of the file comment. */
+template <int T, int NR, bool VEC>
+static __global__ void __launch_bounds__(mr_shape<T, NR>::NT) k_mmr(const struct mq_args a)
+{
+        typedef mr_shape<T, NR> S;
+        __shared__ __align__(16) float smem[S::SMEM];
+        float acc[S::MR][S::NR];
+        const bool w0 = threadIdx.x < 32;
+        long long it = a.sem ? mq_sk_start(a.work, gridDim.x, blockIdx.x) : 0;
+        const long long it1 = a.sem ? mq_sk_start(a.work, gridDim.x, blockIdx.x + 1) : 1;
+
+        while (it < it1) { /* on a grid of tiles: once */
+                const struct mq_piece pc = mq_next(a, &it, it1, S::TM, NR, S::XK);
+                const struct mq_geom &g = pc.g;
+
+                mr_unit<T, S, VEC>(acc, a, g, pc.k0, pc.k1, smem);
+                if (pc.whole) {
+                        if (w0)
+                                mr_out<S>(a, g, pc.z, acc);
+                } else if (mq_sk_count<S::MR, NR, 32>(acc, a, pc.u, w0, threadIdx.x)) {
+                        mq_sk_sum<S::MR * NR / S::KG, S::NT>(a, pc.u, [&](int e, float v) {
+                                const int o = 32 * (e / 32 / NR) + e % 32, col = e / 32 % NR;
+
+                                if (col < g.ncols && o < g.n_rows) {
+                                        float *yo = a.m.y[g.mi] +
+                                                    (size_t)(g.col0 + col) * a.m.ldy[g.mi] +
+                                                    g.row0 + o;
+
+                                        *yo = a.m.add ? *yo + v : v;
+                                }
+                        });
+                }
+                __syncthreads(); /* warp 0 is done with the warps' sums in smem */
+        }
+}
+
 /* ---- launch (host) ---- */
 
-/* launch_mr_s - k_mmr<T, NR, VEC> over a's matrices (t_end, nsplit, kper filled in here),
- * then k_mmq_reduce when k is split (each split at least 2 chunks a warp). */
+/* launch_mr_s - k_mmr<T, NR, VEC> over a's matrices (t_end, nsplit, kper filled in here):
+ * on the shared schedule where mq_sk_plan() allows, else on a grid of tiles, then
+ * k_mmq_reduce when k is split (each block at least 2 chunks a warp either way). */
 template <int T, int NR, bool VEC>
 static int launch_mr_s(struct mq_args a, int sms, size_t part_bytes, cudaStream_t stream)
 {
@@ -358,6 +403,12 @@ static int launch_mr_s(struct mq_args a, int sms, size_t part_bytes, cudaStream_
                         per_sm < 1)) {
                 (void)cudaGetLastError();
                 per_sm = 1;
+        }
+        const int sk = mq_sk_plan(&a, tiles * cols, chunks, cols, (long)sms * per_sm,
+                                  (size_t)S::MR * NR * 32 * sizeof(float), part_bytes, 2 * S::KG);
+        if (sk) {
+                k_mmr<T, NR, VEC><<<(unsigned)sk, S::NT, 0, stream>>>(a);
+                return m40_cuda_launch_status("k_mmr");
         }
         a.nsplit = a.part ? mq_split((long)tiles * cols, chunks, (long)sms * per_sm,
                                      (int)(part_bytes / col_bytes), 2 * S::KG)

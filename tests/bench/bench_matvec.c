@@ -190,6 +190,7 @@ int bench_matvec_run(struct m40_cuda_device *d, double copy_gbs, struct bench_mv
             cudaStreamCreateWithFlags(&b.s, cudaStreamNonBlocking) != cudaSuccess ||
             cudaEventCreate(&b.e0) != cudaSuccess || cudaEventCreate(&b.e1) != cudaSuccess ||
             cudaMemset(b.pool, 0x11, b.pool_bytes) != cudaSuccess ||
+            cudaMemset(b.part, 0, M40_CUDA_MMQ_SEM_BYTES) != cudaSuccess || /* counters */
             cudaMemset(b.x, 0x3f, sizeof(float) * MAX_IN * 64) != cudaSuccess ||
             cudaDeviceSynchronize() != cudaSuccess) {
                 set_err(err, errlen, "cannot set up the buffers (%zu MiB): %s", b.pool_bytes >> 20,

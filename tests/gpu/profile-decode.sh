@@ -8,14 +8,16 @@
 # of every kernel, graph nodes profiled one by one, caches and clocks left alone),
 # generating A and B tokens, and
 # prints the difference divided by B - A: GPU time per decode token, per kernel,
-# largest first, with its share. ncu serializes kernels, so the sum is GPU busy time
+# largest first, with its share. With BATCH=N (N > 1) the runs are m40-bench decoding
+# N sequences of A and B tokens instead, and the figures are per decode step of N
+# tokens. ncu serializes kernels, so the sum is GPU busy time
 # without launch gaps: compare it with 1 / (tokens/s) of m40-bench for the gaps. It ranks
 # kernels; it does not predict what removing a small one gains: ncu times each kernel
 # alone, and a kernel of a few microseconds costs several times less inside the step's
 # graph (k_rope_store: 2.8 us per call here, 0.8 us per layer saved when it was fused
 # away). Measure such changes with tests/bench/ab-variants.sh or m40-bench.
 # Environment: BUILD (default build-gpu), NCU (default ncu on PATH, else
-# /usr/local/cuda/bin/ncu), A and B (default 3 and 11).
+# /usr/local/cuda/bin/ncu), A and B (default 3 and 11), BATCH (default 1).
 set -uo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 1
@@ -23,6 +25,7 @@ BUILD=${BUILD:-build-gpu}
 NCU=${NCU:-$(command -v ncu || echo /usr/local/cuda/bin/ncu)}
 A=${A:-3}
 B=${B:-11}
+BATCH=${BATCH:-1}
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 
@@ -38,13 +41,19 @@ for spec in "$@"; do
                         --random-blocks --quiet || exit 1
         fi
         for n in "$A" "$B"; do
+                if [ "$BATCH" -gt 1 ]; then
+                        cmd=("$BUILD/tests/bench/m40-bench" --model "$model" --no-load
+                             --batches "$BATCH" --tokens "$n" --prompt 4 --quiet)
+                else
+                        cmd=("$BUILD/tests/engine/m40-gen" -m "$model" --tokens 1,2,3,4 -n "$n"
+                             --backend cuda --ignore-eos)
+                fi
                 "$NCU" --csv --metrics gpu__time_duration.sum --graph-profiling node \
                         --cache-control none --clock-control none \
-                        "$BUILD/tests/engine/m40-gen" -m "$model" --tokens 1,2,3,4 -n "$n" \
-                        --backend cuda --ignore-eos >"$TMP/$n.csv" 2>"$TMP/$n.err" ||
+                        "${cmd[@]}" >"$TMP/$n.csv" 2>"$TMP/$n.err" ||
                         { tail -5 "$TMP/$n.err"; exit 1; }
         done
-        echo "== $spec: GPU time per decode token (ncu, tokens $A vs $B)"
+        echo "== $spec: GPU time per decode step of $BATCH (ncu, tokens $A vs $B)"
         python3 - "$TMP/$A.csv" "$TMP/$B.csv" "$((B - A))" <<'PY'
 import csv, sys, collections
 def load(path):

@@ -5,12 +5,14 @@
  * Q5_K Q6_K): every batch 1..64 and some larger ones (prompt chunks: several column
  * tiles; batches up to MR_MAX_NB, 8, take k_mmr, cuda/kernels/mmr.cuh, the larger ones k_mmq),
  * rows of a whole number of 16 bytes and rows that are not, one to three matrices of
- * ragged row counts in one launch, y = x W^T and y += x W^T on random prior y, with k
- * split over a partial-sum buffer (several splits, ragged last split) and without, give
- * every output within the bound of the
- * double-precision reference, and that nothing outside y is written (y poisoned with
- * NaN first: guard columns and a guard row stay poisoned; the partial buffer poisoned
- * too, so a split that is read before it is written shows). Also the argument checks.
+ * ragged row counts in one launch, y = x W^T and y += x W^T on random prior y, on the
+ * shared schedule (tiles cut into pieces across blocks; mq_sched.cuh), with k split over
+ * a grid (several splits, ragged last split) and without, give every output within the
+ * bound of the double-precision reference, and that nothing outside y is written (y
+ * poisoned with NaN first: guard columns and a guard row stay poisoned; the partial
+ * buffer poisoned too, so a sum that is read before it is written shows); that every
+ * call with partials leaves the counters at zero and gives the same bits when repeated.
+ * Also the argument checks.
  * (The kernel without splits is m40_cuda_matmul_tiled(), which test_matvec checks on
  * more shapes.)
  *
@@ -57,6 +59,56 @@ static const uint32_t types[MAX_TYPES] = {
 static double worst[MAX_TYPES];
 static uint64_t checked[MAX_TYPES], launches[MAX_TYPES];
 
+/* After a call with partials: the counters at the start of part are zero again, and the
+ * same call on the same y0 gives the same bits (the sums' order does not depend on
+ * timing). ys hold the first call's outputs. */
+static void check_again(const struct m40_cuda_matrix *w, uint32_t nm, const float *dx, size_t ldx,
+                        float *const *dys, const size_t *ldy, uint32_t batch, bool add,
+                        float *dpart, size_t part_bytes, float *const *ys, float *const *y0s,
+                        const size_t *ny, const char *what)
+{
+        unsigned sem[M40_CUDA_MMQ_SEM_BYTES / sizeof(unsigned)];
+        const size_t sem_bytes =
+                part_bytes < M40_CUDA_MMQ_SEM_BYTES ? part_bytes : M40_CUDA_MMQ_SEM_BYTES;
+        int r;
+
+        if (cudaMemcpy(sem, dpart, sem_bytes, cudaMemcpyDeviceToHost) != cudaSuccess) {
+                fail("%s: counters: %s", what, cudaGetErrorString(cudaGetLastError()));
+                return;
+        }
+        for (size_t i = 0; i < sem_bytes / sizeof(unsigned); i++)
+                if (sem[i]) {
+                        fail("%s %s batch %u: counter %zu left at %u", what,
+                             m40_ggml_type_name(w[0].type), batch, i, sem[i]);
+                        return;
+                }
+        for (uint32_t i = 0; i < nm; i++)
+                if (cudaMemcpy(dys[i], y0s[i], sizeof(float) * ny[i], cudaMemcpyHostToDevice) !=
+                    cudaSuccess) {
+                        fail("y upload: %s", cudaGetErrorString(cudaGetLastError()));
+                        return;
+                }
+        r = m40_cuda_mmq(w, nm, dx, ldx, dys, ldy, batch, add, dpart, part_bytes, NULL);
+        if (r < 0) {
+                fail("%s again: %d (%s)", what, r, m40_strerror(r));
+                return;
+        }
+        for (uint32_t i = 0; i < nm; i++) {
+                float *again = malloc(sizeof(float) * ny[i]);
+
+                if (!again || cudaMemcpy(again, dys[i], sizeof(float) * ny[i],
+                                         cudaMemcpyDeviceToHost) != cudaSuccess) {
+                        fail("%s again: %s", what, cudaGetErrorString(cudaGetLastError()));
+                        free(again);
+                        return;
+                }
+                if (memcmp(again, ys[i], sizeof(float) * ny[i]))
+                        fail("%s %s %ux%u batch %u: a second call gave other bits", what,
+                             m40_ggml_type_name(w[0].type), w[i].n_out, w[i].n_in, batch);
+                free(again);
+        }
+}
+
 /* One call: y[i] (+)= x W[i]^T for the nm matrices of ms at `batch` columns, with
  * part_bytes of partial sums (0: none), checked against the reference. */
 static void run_case(const struct mat *ms, uint32_t nm, int ti, uint32_t batch, bool add,
@@ -77,6 +129,8 @@ static void run_case(const struct mat *ms, uint32_t nm, int ti, uint32_t batch, 
                                   .checked = &checked[ti],
                                   .worst = &worst[ti]};
         float *x = malloc(sizeof(float) * ldx * batch), *dx = NULL, *dpart = NULL;
+        const size_t sem_bytes =
+                part_bytes < M40_CUDA_MMQ_SEM_BYTES ? part_bytes : M40_CUDA_MMQ_SEM_BYTES;
         int r;
 
         snprintf(what, sizeof(what), "mmq%s (%u matrices, %zu B of partials)", add ? " add" : "",
@@ -90,7 +144,8 @@ static void run_case(const struct mat *ms, uint32_t nm, int ti, uint32_t batch, 
         if (cudaMalloc((void **)&dx, sizeof(float) * ldx * batch) != cudaSuccess ||
             cudaMemcpy(dx, x, sizeof(float) * ldx * batch, cudaMemcpyHostToDevice) != cudaSuccess ||
             (part_bytes && (cudaMalloc((void **)&dpart, part_bytes) != cudaSuccess ||
-                            cudaMemset(dpart, 0xff, part_bytes) != cudaSuccess))) {
+                            cudaMemset(dpart, 0xff, part_bytes) != cudaSuccess ||
+                            cudaMemset(dpart, 0, sem_bytes) != cudaSuccess))) {
                 fail("device buffers: %s", cudaGetErrorString(cudaGetLastError()));
                 goto out;
         }
@@ -131,6 +186,9 @@ static void run_case(const struct mat *ms, uint32_t nm, int ti, uint32_t batch, 
                 }
                 mat_check_y(&ms[i], &yc, batch, x, ldx, ys[i], add ? y0s[i] : NULL, ldy[i]);
         }
+        if (part_bytes)
+                check_again(w, nm, dx, ldx, dys, ldy, batch, add, dpart, part_bytes, ys, y0s, ny,
+                            what);
 out:
         for (uint32_t i = 0; i < nm; i++) {
                 free(ys[i]);
@@ -142,11 +200,15 @@ out:
         free(x);
 }
 
-/* The partial bytes that let a launch of rows (all matrices) at batch split 16 ways. */
+/* The partial bytes that let a launch of rows (all matrices) at batch split 16 ways (too
+ * few for the shared schedule's slots but on the tallest matrices). */
 static size_t part_for(uint32_t rows, uint32_t batch)
 {
-        return (size_t)16 * rows * batch * sizeof(float);
+        return M40_CUDA_MMQ_SEM_BYTES + (size_t)16 * rows * batch * sizeof(float);
 }
+
+/* What the engine gives (cuda_forward.c): room for the shared schedule at any batch. */
+#define PART_SK   ((size_t)32 << 20)
 
 /* The row length for type ti from lens[aligned ? 0 : 1][family], the families being
  * elements (F32 F16 BF16), 32-element blocks and 256-element blocks. */
@@ -158,7 +220,8 @@ static uint32_t row_len(int ti, const uint32_t lens[2][3], bool aligned)
 }
 
 /* Every batch 1..64 (quick: a spread of them) on one small matrix of ragged rows whose
- * k splits (long rows, few tiles); then larger batches. aligned: rows of a whole number
+ * k splits (long rows, few tiles): odd batches split over a grid, batches of 4n on the
+ * shared schedule, the rest not split; then larger batches. aligned: rows of a whole number
  * of 16 bytes (what model matrices have: the kernels' wide loads), else rows that are not
  * (and, for F32, a ragged last 8-element piece). */
 static void run_batches(int ti, int quick, bool aligned)
@@ -173,7 +236,7 @@ static void run_batches(int ti, int quick, bool aligned)
         for (uint32_t b = 1; b <= 64; b++) {
                 if (quick && b % 7 != 1 && b != 64)
                         continue;
-                run_case(&m, 1, ti, b, b % 3 == 0, b % 2 ? part_for(131, b) : 0);
+                run_case(&m, 1, ti, b, b % 3 == 0, b % 2 ? part_for(131, b) : b % 4 ? 0 : PART_SK);
         }
         for (size_t i = 0; i < sizeof(big) / sizeof(big[0]) && quick < 2; i++)
                 run_case(&m, 1, ti, big[i], i == 1, part_for(131, big[i]));
@@ -202,6 +265,7 @@ static void run_multi(int ti, int quick, bool aligned)
                 run_case(ms, 3, ti, batches[i], i % 2, part_for(506, batches[i]));
                 run_case(ms, 3, ti, batches[i], !(i % 2), 0);
                 run_case(ms, 2, ti, batches[i], false, part_for(377, batches[i]));
+                run_case(ms, 3, ti, batches[i], true, PART_SK);
         }
 out:
         while (made)
