@@ -10,8 +10,36 @@
  * reference, the per-op CUDA engine, the persistent kernel) is the engine core
  * (daemon/engine/core.h, which implements struct m40_engine_ops and owns admission, the
  * step planner, stops, events and the KV pages) over its own forward pass and sampling;
- * callers use only the m40_engine_* functions. One thread drives an engine at a time;
- * engines do not print. */
+ * callers use only the m40_engine_* functions. One thread drives an engine at a time
+ * (the caller's thread); engines do not print.
+ *
+ * Two forms of stepping. The blocking form, m40_engine_step(), runs a step on the
+ * caller's thread and returns when it is done. The asynchronous form lets the caller go
+ * on (answer clients, accept connections) while a step runs: m40_engine_pump() starts a
+ * step and returns at once, the descriptor of m40_engine_fd() becomes readable when it
+ * has finished, and m40_engine_poll() collects it, after which its events are drained
+ * with m40_engine_events() as in the blocking form. Both forms produce the same tokens.
+ *
+ * Threads (the asynchronous form). The step runs on the engine's own thread (async.c:
+ * one worker thread that runs the engine's blocking step; an engine that produces events
+ * on a thread of its own, such as the persistent kernel's host thread, fits the same
+ * calls). A step is "in flight" from the m40_engine_pump() that started it until the
+ * m40_engine_poll() that collects it. One thread touches an engine's sequences and model
+ * at a time: the engine's thread while a step is in flight, the caller's otherwise.
+ * While a step is in flight, the caller's calls never touch what the step touches:
+ *   - m40_engine_cancel() and m40_engine_hold() are queued and return 0 (-ENOMEM when
+ *     the queue cannot grow); m40_engine_poll() applies them after the step, before it
+ *     returns, with the effect of applying them in call order (an id that the step
+ *     finished is passed over);
+ *   - m40_engine_admit() returns -EAGAIN (the step in flight could not take the
+ *     sequence anyway: admit after poll, before the next pump);
+ *   - m40_engine_events() returns 0 (the step's events come after poll);
+ *   - m40_engine_stats() tells the figures as of the step's start;
+ *   - m40_engine_logits() and m40_engine_step() return -EBUSY;
+ *   - m40_engine_kv_need() and m40_engine_model() (fixed at creation) answer as always;
+ *     m40_engine_kv_pages() is for between steps.
+ * An engine whose step needs per-thread state (e.g. a current CUDA device other than the
+ * default, device 0) sets it in its step. m40_engine_free() waits for a step in flight. */
 #ifndef M40_ENGINE_ENGINE_H
 #define M40_ENGINE_ENGINE_H
 
@@ -203,9 +231,12 @@ struct m40_engine_ops {
         void (*destroy)(struct m40_engine *e);
 };
 
-/* Every engine struct starts with this. */
+struct m40_engine_async; /* the asynchronous form's thread and queue (async.c) */
+
+/* Every engine struct starts with this, zeroed (engines calloc their struct). */
 struct m40_engine {
         const struct m40_engine_ops *ops;
+        struct m40_engine_async *async; /* NULL until the first m40_engine_pump/_fd */
 };
 
 /* m40_sampling_default / m40_stop_default - greedy; max_tokens 0, no stop ids/strings. */
@@ -220,7 +251,8 @@ struct m40_stop m40_stop_default(void);
  * not cover it now (it may later: compare m40_engine_kv_need() with kv_pages_total),
  * -EINVAL for an empty or out-of-vocabulary prompt or bad parameters, -E2BIG when the
  * prompt does not fit max_ctx, M40_EUNSUPPORTED for stop strings without a detokenizer,
- * -ENOMEM; on failure no sequence is admitted and no KV page is taken. */
+ * -EAGAIN while a step is in flight, -ENOMEM; on failure no sequence is admitted and no
+ * KV page is taken. */
 int m40_engine_admit(struct m40_engine *e, const struct m40_seq_params *p, uint32_t *ret_id);
 
 /* m40_engine_kv_need - the KV pages that admitting p with kv_reserve takes: those of its
@@ -237,8 +269,31 @@ int m40_engine_kv_pages(struct m40_engine *e, uint32_t id);
 /* m40_engine_step - advance every active sequence that is not held by one token
  * (a sequence whose prompt is pending gets the next chunk of it instead, by the step
  * policy above). Returns the number of sequences still active after the step, held ones
- * included (>= 0), or a negative error (-ENOMEM ...), after which the engine stays usable. */
+ * included (>= 0), or a negative error (-ENOMEM ...), after which the engine stays usable;
+ * -EBUSY while a step is in flight (m40_engine_pump). */
 int m40_engine_step(struct m40_engine *e);
+
+/* m40_engine_pump - start a step (as m40_engine_step() would run it) on the engine's
+ * thread and return at once. The first call starts that thread. Returns 1 when it started
+ * a step, 0 when one is in flight already (pumped and not yet collected by
+ * m40_engine_poll), or -errno when the thread cannot be started (-ENOMEM, -EAGAIN). */
+int m40_engine_pump(struct m40_engine *e);
+
+/* m40_engine_fd - a descriptor (an eventfd; the engine owns it) that is readable from the
+ * moment the step in flight has finished until m40_engine_poll() collects it; watch it
+ * with poll/epoll for reading and do not read it. The first call starts the engine's
+ * thread (as m40_engine_pump). Returns the descriptor (>= 0), or -errno as pump. */
+int m40_engine_fd(struct m40_engine *e);
+
+/* m40_engine_poll - collect the step in flight without waiting. Returns 1 when it has
+ * finished: *ret_step is what m40_engine_step() would have returned for it, the calls
+ * queued meanwhile have been applied, and its events (and the queued cancels') wait for
+ * m40_engine_events(); 0 when no step is in flight or it is still running (*ret_step
+ * untouched). */
+int m40_engine_poll(struct m40_engine *e, int *ret_step);
+
+/* m40_engine_in_flight - whether a step is in flight (pumped and not yet collected). */
+bool m40_engine_in_flight(const struct m40_engine *e);
 
 /* m40_engine_events - move up to max queued events, oldest first, into out; returns how
  * many. The queue grows as needed; drain it after each step. */
@@ -246,7 +301,7 @@ size_t m40_engine_events(struct m40_engine *e, struct m40_event *out, size_t max
 
 /* m40_engine_cancel - finish sequence id with M40_FINISH_CANCEL (an event follows) and
  * free its slot and KV pages (reserved ones included). Returns 0, or -ENOENT when id is
- * not active. */
+ * not active; while a step is in flight it is queued (see "Threads" above) and returns 0. */
 int m40_engine_cancel(struct m40_engine *e, uint32_t id);
 
 /* m40_engine_hold - hold (true) or release (false) the active sequence id. A held
@@ -258,20 +313,25 @@ int m40_engine_cancel(struct m40_engine *e, uint32_t id);
  * or releasing one that is not held, changes nothing. A sequence admitted with kv_reserve
  * keeps only the pages of the positions it has filled while held, and its release takes
  * the rest again: when they are not free, the release fails with -ENOSPC and it stays
- * held. Returns 0, -ENOSPC, or -ENOENT when id is not active. (The daemon holds a
- * sequence whose client does not read its events.) */
+ * held. Returns 0, -ENOSPC, or -ENOENT when id is not active; while a step is in flight
+ * it is queued (see "Threads" above) and returns 0 (a queued release that finds no free
+ * pages leaves the sequence held). (The daemon holds a sequence whose client does not read
+ * its events.) */
 int m40_engine_hold(struct m40_engine *e, uint32_t id, bool hold);
 
 /* m40_engine_logits - copy the logits (n_vocab floats) that produced sequence id's last
  * token into out (n >= n_vocab). Needs keep_logits at admit; works after the sequence has
  * finished, until a later admit reuses its slot. Returns 0, -ENOENT, -ENODATA (no token
- * yet or not kept), -EINVAL (n too small). */
+ * yet or not kept), -EINVAL (n too small), -EBUSY (a step is in flight). */
 int m40_engine_logits(struct m40_engine *e, uint32_t id, float *out, size_t n);
 
+/* m40_engine_stats - the counters of struct m40_engine_stats (while a step is in flight:
+ * as of its start). m40_engine_model - the model's figures (fixed at creation). */
 void m40_engine_stats(struct m40_engine *e, struct m40_engine_stats *ret);
 void m40_engine_model(struct m40_engine *e, struct m40_engine_model *ret);
 
-/* m40_engine_free - cancel everything and free e; accepts NULL; returns NULL. */
+/* m40_engine_free - wait for a step in flight, stop the engine's thread, cancel
+ * everything and free e; accepts NULL; returns NULL. */
 struct m40_engine *m40_engine_free(struct m40_engine *e);
 
 struct m40_gguf;

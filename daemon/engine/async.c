@@ -1,0 +1,238 @@
+/* async.c - the generic asynchronous form of the engine interface (engine.h, "Threads"):
+ * one worker thread per engine that runs the engine's blocking step each time it is
+ * pumped, the eventfd it raises when the step has finished, the statistics as of the
+ * step's start, and the cancel and hold calls queued while the step is in flight. It
+ * serves every engine whose step blocks (the CPU engine, the per-op CUDA engine).
+ *
+ * Hand-over: the caller's thread owns in_flight, the statistics and the queue; go, done,
+ * quit and result are shared under mu. The worker touches the engine only between taking
+ * go and setting done, and the caller only while in_flight is false, so the mutex orders
+ * every engine access of one thread before the other's. */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "async.h"
+
+/* A call made while a step was in flight. */
+struct deferred {
+        uint32_t id;
+        bool cancel; /* m40_engine_cancel; else m40_engine_hold(id, hold) */
+        bool hold;
+};
+
+struct m40_engine_async {
+        struct m40_engine *e;
+        pthread_t thread;
+        pthread_mutex_t mu;
+        pthread_cond_t cv;
+        int efd; /* raised by the worker with done, lowered by poll */
+        /* under mu */
+        bool go;    /* pump asked for a step; the worker takes it */
+        bool done;  /* the step has finished; result is its return */
+        bool quit;  /* m40_engine_async_free: the worker returns */
+        int result; /* what the engine's step returned */
+        /* the caller's thread only */
+        bool in_flight;             /* from pump until poll collects the step */
+        struct m40_engine_stats st; /* as of the start of the step in flight */
+        struct deferred *q;         /* (cap_q) calls queued while in flight, in call order */
+        uint32_t n_q, cap_q;
+};
+
+static void *worker(void *arg)
+{
+        struct m40_engine_async *a = arg;
+        const uint64_t one = 1;
+
+        pthread_mutex_lock(&a->mu);
+        for (;;) {
+                int r;
+
+                while (!a->go && !a->quit)
+                        pthread_cond_wait(&a->cv, &a->mu);
+                if (a->quit)
+                        break;
+                a->go = false;
+                pthread_mutex_unlock(&a->mu);
+                r = a->e->ops->step(a->e);
+                pthread_mutex_lock(&a->mu);
+                a->result = r;
+                a->done = true;
+                /* under mu, so that poll finds done and the raised descriptor together; an
+                 * eventfd write fails only when the counter would overflow */
+                if (write(a->efd, &one, sizeof(one)) < 0) {
+                }
+        }
+        pthread_mutex_unlock(&a->mu);
+        return NULL;
+}
+
+/* start - gives e its thread and descriptor, once. The thread blocks every signal, so
+ * that the program's signals go to its own threads. Returns 0 or -errno. */
+static int start(struct m40_engine *e)
+{
+        struct m40_engine_async *a;
+        sigset_t all, old;
+        int r;
+
+        if (e->async)
+                return 0;
+        a = calloc(1, sizeof(*a));
+        if (!a)
+                return -ENOMEM;
+        a->e = e;
+        a->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        if (a->efd < 0) {
+                r = -errno;
+                free(a);
+                return r;
+        }
+        pthread_mutex_init(&a->mu, NULL);
+        pthread_cond_init(&a->cv, NULL);
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, &old);
+        r = -pthread_create(&a->thread, NULL, worker, a);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        if (r) {
+                pthread_cond_destroy(&a->cv);
+                pthread_mutex_destroy(&a->mu);
+                close(a->efd);
+                free(a);
+                return r;
+        }
+        pthread_setname_np(a->thread, "m40-engine");
+        e->async = a;
+        return 0;
+}
+
+int m40_engine_pump(struct m40_engine *e)
+{
+        struct m40_engine_async *a;
+        int r = start(e);
+
+        if (r)
+                return r;
+        a = e->async;
+        if (a->in_flight)
+                return 0;
+        e->ops->stats(e, &a->st);
+        a->in_flight = true;
+        pthread_mutex_lock(&a->mu);
+        a->go = true;
+        pthread_cond_signal(&a->cv);
+        pthread_mutex_unlock(&a->mu);
+        return 1;
+}
+
+int m40_engine_fd(struct m40_engine *e)
+{
+        int r = start(e);
+
+        return r ? r : e->async->efd;
+}
+
+bool m40_engine_in_flight(const struct m40_engine *e)
+{
+        return e->async && e->async->in_flight;
+}
+
+/* apply - the calls queued while the step was in flight, in call order; an id that the
+ * step finished gets -ENOENT, which the caller could not have been told: passed over. */
+static void apply(struct m40_engine *e)
+{
+        struct m40_engine_async *a = e->async;
+
+        for (uint32_t i = 0; i < a->n_q; i++) {
+                const struct deferred *d = &a->q[i];
+
+                if (d->cancel)
+                        e->ops->cancel(e, d->id);
+                else
+                        e->ops->hold(e, d->id, d->hold);
+        }
+        a->n_q = 0;
+}
+
+int m40_engine_poll(struct m40_engine *e, int *ret_step)
+{
+        struct m40_engine_async *a = e->async;
+        bool done;
+        int result = 0;
+
+        if (!a || !a->in_flight)
+                return 0;
+        pthread_mutex_lock(&a->mu);
+        done = a->done;
+        if (done) {
+                uint64_t v;
+
+                a->done = false;
+                result = a->result;
+                if (read(a->efd, &v, sizeof(v)) < 0) { /* raised with done: cannot fail */
+                }
+        }
+        pthread_mutex_unlock(&a->mu);
+        if (!done)
+                return 0;
+        a->in_flight = false;
+        apply(e);
+        *ret_step = result;
+        return 1;
+}
+
+int m40_engine_async_defer(struct m40_engine *e, uint32_t id, bool cancel, bool hold)
+{
+        struct m40_engine_async *a = e->async;
+        struct deferred *held = NULL;
+
+        for (uint32_t i = 0; i < a->n_q; i++) {
+                struct deferred *d = &a->q[i];
+
+                if (d->id == id && d->cancel)
+                        return 0; /* ends it: nothing after it has an effect */
+                if (d->id == id)
+                        held = d;
+        }
+        if (held && !cancel) {
+                held->hold = hold; /* holds commute with other ids' calls */
+                return 0;
+        }
+        if (a->n_q == a->cap_q) {
+                uint32_t cap = a->cap_q ? 2 * a->cap_q : 16;
+                struct deferred *q = realloc(a->q, cap * sizeof(*q));
+
+                if (!q)
+                        return -ENOMEM;
+                a->q = q;
+                a->cap_q = cap;
+        }
+        a->q[a->n_q++] = (struct deferred){.id = id, .cancel = cancel, .hold = hold};
+        return 0;
+}
+
+void m40_engine_async_stats(const struct m40_engine *e, struct m40_engine_stats *ret)
+{
+        *ret = e->async->st;
+}
+
+void m40_engine_async_free(struct m40_engine *e)
+{
+        struct m40_engine_async *a = e->async;
+
+        if (!a)
+                return;
+        pthread_mutex_lock(&a->mu);
+        a->quit = true;
+        pthread_cond_signal(&a->cv);
+        pthread_mutex_unlock(&a->mu);
+        pthread_join(a->thread, NULL);
+        pthread_cond_destroy(&a->cv);
+        pthread_mutex_destroy(&a->mu);
+        close(a->efd);
+        free(a->q);
+        free(a);
+        e->async = NULL;
+}
