@@ -441,7 +441,9 @@ static int serve(struct daemon *d)
                 int busy = m40_sched_run(d->s), timeout = busy ? 0 : 1000, sig;
                 uint64_t t = now_ns();
 
-                /* the loop only gets here when the scheduler made its round: that is progress */
+                /* the loop only gets here when the scheduler made its round: that is
+                 * progress; it comes round at least once a second, also while a long engine
+                 * step runs on the engine's thread */
                 if (ping_ns && t - last_ping >= ping_ns) {
                         sd_notify(0, "WATCHDOG=1");
                         last_ping = t;
@@ -467,6 +469,12 @@ static int serve(struct daemon *d)
                         }
                         if (!busy)
                                 timeout = 10;
+                }
+                if (!busy) {
+                        int next = m40_sched_next_ms(d->s);
+
+                        if (next >= 0 && next < timeout)
+                                timeout = next;
                 }
                 if (!busy && m40_sched_sleep(d->s, true))
                         timeout = 0;

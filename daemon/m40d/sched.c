@@ -269,18 +269,30 @@ static void read_one(struct m40_sched *s, struct m40_sched_client *c)
         s->n_queued++;
 }
 
+static bool collect(struct m40_sched *s);
+static uint32_t decoding(const struct m40_sched *s);
+
+/* parse_paused - while sequences run, parsing takes at most half of the main loop's time:
+ * a round that parsed for T is followed by T without parsing (read_clients). */
+static bool parse_paused(const struct m40_sched *s, uint64_t t)
+{
+        return decoding(s) > 0 && t < s->parse_resume_ns;
+}
+
 /* read_clients - turns submissions into requests for up to parse_budget_ms (at least
  * one), one at a time from the client with submissions waiting that has been charged the
  * least parsing time (start-time fair queueing: a cheap request is not kept behind another
  * client's flood of long prompts). The rest wait for the next round, so that connections,
- * STATUS and the watchdog are served in between. While sequences can run, parsing takes at
- * most half of the time: a round that parsed for T is followed by T without parsing. */
+ * STATUS and the watchdog are served in between. Parsing runs beside the step in flight
+ * on the engine's thread and stops as soon as that step has finished (it is collected
+ * here), so the next step waits for one submission's parsing at most; and parse_paused(). */
 static void read_clients(struct m40_sched *s)
 {
         const uint64_t budget = (uint64_t)s->cfg.parse_budget_ms * 1000000u;
+        const bool beside = s->stepping;
         uint64_t t0 = now_ns(), t;
 
-        if (s->n_active > s->n_held && t0 < s->parse_resume_ns)
+        if (parse_paused(s, t0))
                 return;
         for (;;) {
                 struct m40_sched_client *best = NULL;
@@ -300,7 +312,7 @@ static void read_clients(struct m40_sched *s)
                 read_one(s, best);
                 /* + 1 us: clients of cheap submissions still take turns */
                 best->vtime += now_ns() - t + 1000u;
-                if (now_ns() - t0 >= budget)
+                if (now_ns() - t0 >= budget || (beside && collect(s)))
                         break;
         }
         t = now_ns();
@@ -506,25 +518,55 @@ static void on_event(struct m40_sched *s, const struct m40_event *ev, uint64_t t
         done_event(r, ev->finish, ev->n_generated);
 }
 
-/* Runs one engine step when a sequence is not held (a step of held sequences alone would
- * do nothing), then turns the engine's events into request events: also those of
- * sequences cancelled since the last step, held ones included. */
-static int step(struct m40_sched *s)
+/* take_events - turns the engine's events into request events: those of the step just
+ * collected, and of sequences cancelled since, held ones included. */
+static void take_events(struct m40_sched *s)
 {
         struct m40_event ev[64];
+        uint64_t t = now_ns();
         size_t n;
-        uint64_t t;
-        int k = s->n_active > s->n_held ? m40_engine_step(s->e) : 0;
 
-        t = now_ns();
         while ((n = m40_engine_events(s->e, ev, 64)) > 0)
                 for (size_t i = 0; i < n; i++)
                         on_event(s, &ev[i], t);
+}
+
+/* collect - when the step in flight has finished: its events (and those of the calls
+ * queued meanwhile) become request events; when no step is in flight, the events of
+ * cancels. Returns whether the engine is idle (no step in flight) afterwards. */
+static bool collect(struct m40_sched *s)
+{
+        int k = 0;
+
+        if (s->stepping && !m40_engine_poll(s->e, &k))
+                return false;
+        s->stepping = false;
+        take_events(s);
         if (k < 0) {
                 /* the engine stays usable, but these sequences' state is unknown */
                 m40_sched_cancel_all(s, k);
         }
-        return k;
+        return true;
+}
+
+/* start - with the engine idle: admits what fits and starts a step on the engine's thread
+ * when a sequence is not held (a step of held sequences alone would do nothing). */
+static void start(struct m40_sched *s)
+{
+        int k;
+
+        if (s->stepping)
+                return;
+        admit(s);
+        if (decoding(s) == 0)
+                return;
+        k = m40_engine_pump(s->e);
+        if (k > 0) {
+                s->stepping = true;
+        } else if (k < 0) {
+                m40d_log(LOG_ERR, "cannot start an engine step: %s", m40_strerror(k));
+                m40_sched_cancel_all(s, k);
+        }
 }
 
 /* Moves undelivered events into c's ring, oldest request first; frees finished requests.
@@ -575,26 +617,54 @@ static bool deliver(struct m40_sched *s, struct m40_sched_client *c, uint64_t t)
         return pushed;
 }
 
-int m40_sched_run(struct m40_sched *s)
+static bool deliver_all(struct m40_sched *s)
 {
-        bool work = false;
-        uint64_t t = now_ns();
+        const uint64_t t = now_ns();
+        bool pushed = false;
 
-        read_clients(s);
-        expire(s, t);
-        admit(s);
-        work = decoding(s) > 0;
-        step(s); /* also takes the events of sequences cancelled since the last one */
-        t = now_ns();
         for (struct m40_sched_client *c = s->clients; c; c = c->next)
                 if (!c->broken)
-                        work |= deliver(s, c, t);
+                        pushed |= deliver(s, c, t);
+        return pushed;
+}
+
+int m40_sched_run(struct m40_sched *s)
+{
+        bool work;
+
+        collect(s);
+        expire(s, now_ns());
+        /* before the next step: hold the sequences of clients whose rings are full */
+        work = deliver_all(s);
+        start(s);
+        read_clients(s); /* beside the step; stops when it finishes */
+        if (!s->stepping) {
+                /* the step finished meanwhile, or the engine was idle: new requests go now */
+                work |= deliver_all(s);
+                start(s);
+        }
+        work |= deliver_all(s);
         /* Queued requests that admit() left behind, and held requests waiting for room to
-         * go on, wait for a slot or pages (freed by a step, counted below, by a client
-         * leaving or by the hold timeout, which the caller's idle timeout of at most 1 s
-         * checks) or for their client to read: each of those wakes the daemon, so they are
-         * no reason to spin. Held sequences neither. */
-        return work || decoding(s) > 0;
+         * go on, wait for a slot or pages (freed by a step, whose end wakes the caller
+         * through m40_sched_fd(), by a client leaving or by the hold timeout, which the
+         * caller's idle timeout of at most 1 s checks) or for their client to read: each
+         * of those wakes the daemon, so they are no reason to spin. Held sequences
+         * neither, nor a step in flight. */
+        return work || (!s->stepping && decoding(s) > 0);
+}
+
+int m40_sched_fd(struct m40_sched *s)
+{
+        return m40_engine_fd(s->e);
+}
+
+int m40_sched_next_ms(const struct m40_sched *s)
+{
+        const uint64_t t = now_ns();
+
+        if (!parse_paused(s, t))
+                return -1;
+        return (int)((s->parse_resume_ns - t + 999999u) / 1000000u);
 }
 
 /* has_backlog - whether c has events that did not fit its ring. */
@@ -616,6 +686,7 @@ static void set_ev_waiting(struct m40_sched_client *c, bool waiting)
 
 bool m40_sched_sleep(struct m40_sched *s, bool sleeping)
 {
+        const bool paused = parse_paused(s, now_ns());
         bool pending = false;
 
         for (struct m40_sched_client *c = s->clients; c; c = c->next) {
@@ -625,7 +696,7 @@ bool m40_sched_sleep(struct m40_sched *s, bool sleeping)
                         set_ev_waiting(c, false);
                 m40_ipc_region_sleep(&c->region, sleeping);
                 if (sleeping && !c->broken)
-                        pending |= m40_ipc_region_pending(&c->region) ||
+                        pending |= (!paused && m40_ipc_region_pending(&c->region)) ||
                                    (c->ev_waiting && m40_ipc_region_space(&c->region) != 0);
         }
         return pending;

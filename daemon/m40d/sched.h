@@ -30,8 +30,13 @@
  * pages are freed, the daemon logs it once, and the client gets its pending events and
  * then ERROR M40_EUNREAD.
  *
- * Limits from m40d.ini become ERROR events. Single-threaded: the daemon's main loop calls
- * everything. */
+ * Steps run on the engine's own thread (m40_engine_pump, engine.h "Threads"): while one is
+ * in flight the daemon goes on reading submissions, accepting connections and answering
+ * STATUS, and the engine's descriptor (m40_sched_fd) wakes it when the step has finished;
+ * admission, holds and releases happen between steps.
+ *
+ * Limits from m40d.ini become ERROR events. Single-threaded otherwise: the daemon's main
+ * loop calls everything. */
 #ifndef M40D_SCHED_H
 #define M40D_SCHED_H
 
@@ -68,13 +73,24 @@ struct m40_ipc_region *m40_sched_client_region(struct m40_sched_client *c);
  * protocol (the caller then disconnects it). */
 int m40_sched_client_broken(const struct m40_sched_client *c);
 
-/* m40_sched_run - one round: read every client's submissions, admit what fits, run one
- * engine step when sequences are active and not all held, deliver events (holding and
- * releasing sequences). Returns 1 when the round did work or a sequence can run (the
- * caller should not sleep), 0 when only a client can make progress (idle, or every
- * running sequence waits for its client to read); a failed engine step is reported by
- * ERROR events to the affected requests, not here. */
+/* m40_sched_run - one round: collect the engine step that has finished (its events),
+ * deliver events (holding and releasing sequences), admit what fits and start the next
+ * step when sequences are active and not all held, read clients' submissions beside it.
+ * Never waits for a step. Returns 1 when the round did work (the caller should not
+ * sleep), 0 when only the step in flight (m40_sched_fd), a client or m40_sched_next_ms()
+ * can make progress; a failed engine step is reported by ERROR events to the affected
+ * requests, not here. */
 int m40_sched_run(struct m40_sched *s);
+
+/* m40_sched_fd - the engine's descriptor (m40_engine_fd): readable when the step in
+ * flight has finished; the caller waits for it with its other descriptors and then calls
+ * m40_sched_run(), which collects the step. The first call starts the engine's thread.
+ * Returns it (>= 0), or -errno. */
+int m40_sched_fd(struct m40_sched *s);
+
+/* m40_sched_next_ms - the ms after which the caller must run a round although nothing
+ * woke it (parsing paused beside running sequences resumes then), or -1: no such time. */
+int m40_sched_next_ms(const struct m40_sched *s);
 
 /* m40_sched_sleep - before the caller blocks: raises (true) or lowers every client's
  * daemon-sleeping flag, and the ev_waiting word of clients with undelivered events (so

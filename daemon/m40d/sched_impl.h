@@ -71,8 +71,9 @@ struct m40_sched {
         size_t cap_chat;
         struct m40_tok_scratch *scratch;
         bool draining;
+        bool stepping;            /* a step is in flight on the engine's thread (m40_engine_pump) */
         uint64_t vclock;          /* vtime of the client read last */
-        uint64_t parse_resume_ns; /* read_clients: no parsing before, while sequences run */
+        uint64_t parse_resume_ns; /* parse_paused(): no parsing before, while sequences run */
         size_t max_piece; /* request.c: most text bytes one token stands for; 0: not known yet */
 };
 

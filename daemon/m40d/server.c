@@ -15,7 +15,7 @@
 #include "m40d/log.h"
 #include "m40d/server.h"
 
-enum watch_kind { W_LISTEN, W_SIGNAL, W_CONN, W_BELL };
+enum watch_kind { W_LISTEN, W_SIGNAL, W_CONN, W_BELL, W_ENGINE };
 
 /* A connection that has not completed its HELLO by then is closed: it would otherwise hold
  * one of the max_clients places for as long as its peer likes. */
@@ -50,7 +50,7 @@ struct m40d_server {
         struct m40_sched *s;
         struct m40_proto_status model;
         struct conn *conns;
-        struct watch w_listen, w_signal;
+        struct watch w_listen, w_signal, w_engine;
         int reserve_fd;     /* /dev/null, closed to accept-and-refuse at EMFILE */
         bool listen_paused; /* lfd is out of the epoll set until accept_resume_ms */
         int64_t accept_resume_ms;
@@ -78,7 +78,7 @@ int m40d_server_new(int lfd, gid_t gid, uint32_t max_clients, struct m40_sched *
 {
         struct m40d_server *srv = calloc(1, sizeof(*srv));
         sigset_t set;
-        int r;
+        int r, efd;
 
         if (!srv)
                 return -ENOMEM;
@@ -89,6 +89,7 @@ int m40d_server_new(int lfd, gid_t gid, uint32_t max_clients, struct m40_sched *
         srv->model = *model;
         srv->w_listen.kind = W_LISTEN;
         srv->w_signal.kind = W_SIGNAL;
+        srv->w_engine.kind = W_ENGINE;
         srv->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
         srv->fd_log_ms = INT64_MIN / 2;
         sigemptyset(&set);
@@ -101,7 +102,10 @@ int m40d_server_new(int lfd, gid_t gid, uint32_t max_clients, struct m40_sched *
                 r = -errno;
                 goto fail;
         }
-        r = watch_add(srv, lfd, &srv->w_listen, EPOLLIN);
+        efd = m40_sched_fd(s);
+        r = efd < 0 ? efd : watch_add(srv, efd, &srv->w_engine, EPOLLIN);
+        if (!r)
+                r = watch_add(srv, lfd, &srv->w_listen, EPOLLIN);
         if (!r)
                 r = watch_add(srv, srv->sfd, &srv->w_signal, EPOLLIN);
         if (r)
@@ -453,6 +457,8 @@ int m40d_server_wait(struct m40d_server *srv, int timeout_ms)
                         }
                         break;
                 }
+                case W_ENGINE:
+                        break; /* the step has finished: the caller's m40_sched_run collects it */
                 case W_BELL:
                         if (read(m40_sched_client_region(w->conn->sc)->bell_in, &v, sizeof(v)) <
                             0) {
