@@ -75,8 +75,11 @@ static int status(const char *sock, struct m40_status *st)
         return r;
 }
 
-/* settle - polls until the daemon's generated-token count has not moved for 0.5 s (every
- * sequence left is held); returns 0 with the last status, or -1 after 60 s. */
+/* settle - polls until the daemon's generated-token count has not moved for 0.5 s while
+ * every active sequence has KV pages (every sequence left is held; a STATUS during an
+ * engine step tells the figures as of its start, so a long first step of new prompts, as
+ * in a sanitizer build, shows no movement and no pages yet); returns 0 with the last
+ * status, or -1 after 60 s. */
 static int settle(const char *sock, struct m40_status *st)
 {
         uint64_t last = UINT64_MAX;
@@ -85,7 +88,8 @@ static int settle(const char *sock, struct m40_status *st)
         for (int i = 0; i < 1200 && same < 10; i++) {
                 if (status(sock, st))
                         return -1;
-                same = st->generated_tokens == last ? same + 1 : 0;
+                same = st->generated_tokens == last && st->kv_pages_used >= st->active ? same + 1
+                                                                                       : 0;
                 last = st->generated_tokens;
                 usleep(50000);
         }
