@@ -75,25 +75,35 @@ static int status(const char *sock, struct m40_status *st)
         return r;
 }
 
-/* settle - polls until the daemon's generated-token count has not moved for 0.5 s while
- * every active sequence has KV pages (every sequence left is held; a STATUS during an
- * engine step tells the figures as of its start, so a long first step of new prompts, as
- * in a sanitizer build, shows no movement and no pages yet); returns 0 with the last
- * status, or -1 after 60 s. */
+/* settle - polls until every sequence left is held: the daemon's generated-token count
+ * has not moved for 0.5 s, nor for three times the longest it stood still between two
+ * moves, while every active sequence has KV pages. (A STATUS during an engine step tells
+ * the figures as of its start, so a count that stands still for a step's time means
+ * nothing: in a sanitizer build a step of 16 sequences takes a quarter of a second and
+ * more, and a first step of new prompts, longer, shows no KV pages yet.) Returns 0 with
+ * the last status, or -1 after 120 s. */
 static int settle(const char *sock, struct m40_status *st)
 {
         uint64_t last = UINT64_MAX;
-        int same = 0;
+        double t0 = now_s(), t_moved = t0, longest = 0;
 
-        for (int i = 0; i < 1200 && same < 10; i++) {
+        while (now_s() - t0 < 120.0) {
+                double t;
+
                 if (status(sock, st))
                         return -1;
-                same = st->generated_tokens == last && st->kv_pages_used >= st->active ? same + 1
-                                                                                       : 0;
-                last = st->generated_tokens;
+                t = now_s();
+                if (st->generated_tokens != last || st->kv_pages_used < st->active) {
+                        if (last != UINT64_MAX && t - t_moved > longest)
+                                longest = t - t_moved;
+                        last = st->generated_tokens;
+                        t_moved = t;
+                } else if (t - t_moved >= 0.5 && t - t_moved >= 3 * longest) {
+                        return 0;
+                }
                 usleep(50000);
         }
-        return same >= 10 ? 0 : -1;
+        return -1;
 }
 
 /* probe - a 16-token request on a new connection; returns its seconds from connect to
