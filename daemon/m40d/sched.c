@@ -269,7 +269,6 @@ static void read_one(struct m40_sched *s, struct m40_sched_client *c)
         s->n_queued++;
 }
 
-static bool collect(struct m40_sched *s);
 static uint32_t decoding(const struct m40_sched *s);
 
 /* parse_paused - while sequences run, parsing takes at most half of the main loop's time:
@@ -283,13 +282,11 @@ static bool parse_paused(const struct m40_sched *s, uint64_t t)
  * one), one at a time from the client with submissions waiting that has been charged the
  * least parsing time (start-time fair queueing: a cheap request is not kept behind another
  * client's flood of long prompts). The rest wait for the next round, so that connections,
- * STATUS and the watchdog are served in between. Parsing runs beside the step in flight
- * on the engine's thread and stops as soon as that step has finished (it is collected
- * here), so the next step waits for one submission's parsing at most; and parse_paused(). */
+ * STATUS and the watchdog are served in between. Called between engine steps only (a
+ * step does not wait for parsing to end), and not while parse_paused(). */
 static void read_clients(struct m40_sched *s)
 {
         const uint64_t budget = (uint64_t)s->cfg.parse_budget_ms * 1000000u;
-        const bool beside = s->stepping;
         uint64_t t0 = now_ns(), t;
 
         if (parse_paused(s, t0))
@@ -312,7 +309,7 @@ static void read_clients(struct m40_sched *s)
                 read_one(s, best);
                 /* + 1 us: clients of cheap submissions still take turns */
                 best->vtime += now_ns() - t + 1000u;
-                if (now_ns() - t0 >= budget || (beside && collect(s)))
+                if (now_ns() - t0 >= budget)
                         break;
         }
         t = now_ns();
@@ -636,20 +633,18 @@ int m40_sched_run(struct m40_sched *s)
         expire(s, now_ns());
         /* before the next step: hold the sequences of clients whose rings are full */
         work = deliver_all(s);
-        start(s);
-        read_clients(s); /* beside the step; stops when it finishes */
         if (!s->stepping) {
-                /* the step finished meanwhile, or the engine was idle: new requests go now */
-                work |= deliver_all(s);
+                /* between steps: parsing and admission, then the next step */
+                read_clients(s);
                 start(s);
+                work |= deliver_all(s);
         }
-        work |= deliver_all(s);
         /* Queued requests that admit() left behind, and held requests waiting for room to
          * go on, wait for a slot or pages (freed by a step, whose end wakes the caller
          * through m40_sched_fd(), by a client leaving or by the hold timeout, which the
          * caller's idle timeout of at most 1 s checks) or for their client to read: each
          * of those wakes the daemon, so they are no reason to spin. Held sequences
-         * neither, nor a step in flight. */
+         * neither, nor a step in flight, nor submissions that wait for its end. */
         return work || (!s->stepping && decoding(s) > 0);
 }
 
@@ -686,7 +681,8 @@ static void set_ev_waiting(struct m40_sched_client *c, bool waiting)
 
 bool m40_sched_sleep(struct m40_sched *s, bool sleeping)
 {
-        const bool paused = parse_paused(s, now_ns());
+        /* submissions wait for the step in flight, or for parsing to resume */
+        const bool paused = s->stepping || parse_paused(s, now_ns());
         bool pending = false;
 
         for (struct m40_sched_client *c = s->clients; c; c = c->next) {

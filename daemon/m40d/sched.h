@@ -31,9 +31,10 @@
  * then ERROR M40_EUNREAD.
  *
  * Steps run on the engine's own thread (m40_engine_pump, engine.h "Threads"): while one is
- * in flight the daemon goes on reading submissions, accepting connections and answering
- * STATUS, and the engine's descriptor (m40_sched_fd) wakes it when the step has finished;
- * admission, holds and releases happen between steps.
+ * in flight the daemon goes on accepting connections, answering STATUS and delivering
+ * events, and the engine's descriptor (m40_sched_fd) wakes it when the step has finished;
+ * parsing submissions, admission, holds and releases happen between steps (a client that
+ * leaves, or the hold timeout, during a step queues its cancels).
  *
  * Limits from m40d.ini become ERROR events. Single-threaded otherwise: the daemon's main
  * loop calls everything. */
@@ -74,12 +75,12 @@ struct m40_ipc_region *m40_sched_client_region(struct m40_sched_client *c);
 int m40_sched_client_broken(const struct m40_sched_client *c);
 
 /* m40_sched_run - one round: collect the engine step that has finished (its events),
- * deliver events (holding and releasing sequences), admit what fits and start the next
- * step when sequences are active and not all held, read clients' submissions beside it.
- * Never waits for a step. Returns 1 when the round did work (the caller should not
- * sleep), 0 when only the step in flight (m40_sched_fd), a client or m40_sched_next_ms()
- * can make progress; a failed engine step is reported by ERROR events to the affected
- * requests, not here. */
+ * deliver events (holding and releasing sequences); when no step is in flight, read
+ * clients' submissions, admit what fits and start the next step when sequences are active
+ * and not all held. Never waits for a step. Returns 1 when the round did work (the caller should
+ * not sleep), 0 when only the step in flight (m40_sched_fd), a client or m40_sched_next_ms() can
+ * make progress; a failed engine step is reported by ERROR events to the affected requests, not
+ * here. */
 int m40_sched_run(struct m40_sched *s);
 
 /* m40_sched_fd - the engine's descriptor (m40_engine_fd): readable when the step in
