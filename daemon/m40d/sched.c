@@ -282,8 +282,8 @@ static bool parse_paused(const struct m40_sched *s, uint64_t t)
  * one), one at a time from the client with submissions waiting that has been charged the
  * least parsing time (start-time fair queueing: a cheap request is not kept behind another
  * client's flood of long prompts). The rest wait for the next round, so that connections,
- * STATUS and the watchdog are served in between. Called between engine steps only (a
- * step does not wait for parsing to end), and not while parse_paused(). */
+ * STATUS and the watchdog are served in between. Runs between engine steps only (parsing
+ * beside a step took the CPU from a CPU engine's step), and not while parse_paused(). */
 static void read_clients(struct m40_sched *s)
 {
         const uint64_t budget = (uint64_t)s->cfg.parse_budget_ms * 1000000u;
