@@ -20,6 +20,7 @@
 
 #include "engine/engine.h"
 #include "tests/check.h"
+#include "tests/model_file.h"
 
 #define N_SEQ     4
 #define N_GEN     24
@@ -44,7 +45,8 @@ static struct m40_engine *engine(const char *path)
         struct m40_engine *e = NULL;
         char err[512];
 
-        if (m40_cpu_engine_new(path, &lim, &e, err, sizeof(err))) {
+        if (m40_cpu_engine_new(test_model_file(path, err, sizeof(err)), &lim, &e, err,
+                               sizeof(err))) {
                 fprintf(stderr, "%s\n", err);
                 return NULL;
         }
