@@ -749,6 +749,7 @@ unlock:
         ret_status->draining = s.draining != 0;
         ret_status->kv_page_tokens = s.kv_page_tokens;
         ret_status->kv_page_bytes = s.kv_page_bytes;
+        ret_status->held = s.held;
         return 0;
 }
 

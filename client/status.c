@@ -12,8 +12,9 @@ static void usage(FILE *f)
 {
         fputs("Usage: m40ctl status [--json] [--socket PATH] [--timeout S]\n"
               "\n"
-              "Asks m40d for its model, backend, clients, running and queued requests, KV\n"
-              "cache use (pages, tokens and MiB) and generation speed.\n"
+              "Asks m40d for its model, backend, clients, running and queued requests (and\n"
+              "the running ones held because their clients do not read), KV cache use\n"
+              "(pages, tokens and MiB) and generation speed.\n"
               "\n"
               "  --json         Print one JSON object.\n"
               "  --socket PATH  m40d's socket (default: see m40ctl --help).\n"
@@ -80,16 +81,18 @@ int m40ctl_status(int argc, char **argv)
                 m40ctl_json_str(stdout, st.backend, strlen(st.backend));
                 printf(",\"chat_template\":");
                 m40ctl_json_str(stdout, st.chat_template, strlen(st.chat_template));
-                printf(",\"clients\":%u,\"active\":%u,\"queued\":%u,\"max_sequences\":%u,"
+                printf(",\"clients\":%u,\"active\":%u,\"held\":%u,\"queued\":%u,\"max_sequences\":%"
+                       "u,"
                        "\"kv_pages_used\":%u,\"kv_pages_total\":%u,\"kv_page_tokens\":%u,"
                        "\"kv_page_bytes\":%llu,\"kv_tokens_used\":%llu,\"kv_tokens_total\":%llu,"
                        "\"kv_bytes_used\":%llu,\"kv_bytes_total\":%llu,\"n_ctx\":%u,\"n_vocab\":%u,"
                        "\"requests\":%llu,\"prompt_tokens\":%llu,\"generated_tokens\":%llu,"
                        "\"tokens_per_s\":%.2f,\"draining\":%s}\n",
-                       st.clients, st.active, st.queued, st.max_sequences, st.kv_pages_used,
-                       st.kv_pages_total, st.kv_page_tokens, (unsigned long long)st.kv_page_bytes,
-                       tok_used, tok_total, bytes_used, bytes_total, st.n_ctx, st.n_vocab,
-                       (unsigned long long)st.requests, (unsigned long long)st.prompt_tokens,
+                       st.clients, st.active, st.held, st.queued, st.max_sequences,
+                       st.kv_pages_used, st.kv_pages_total, st.kv_page_tokens,
+                       (unsigned long long)st.kv_page_bytes, tok_used, tok_total, bytes_used,
+                       bytes_total, st.n_ctx, st.n_vocab, (unsigned long long)st.requests,
+                       (unsigned long long)st.prompt_tokens,
                        (unsigned long long)st.generated_tokens, st.tokens_per_s,
                        st.draining ? "true" : "false");
                 return M40CTL_EXIT_OK;
@@ -98,8 +101,10 @@ int m40ctl_status(int argc, char **argv)
                st.n_ctx);
         printf("backend:    %s, chat template %s%s\n", st.backend, st.chat_template,
                st.draining ? ", shutting down" : "");
-        printf("requests:   %u running (of %u sequences), %u queued, %u clients, %llu served\n",
-               st.active, st.max_sequences, st.queued, st.clients, (unsigned long long)st.requests);
+        printf("requests:   %u running (of %u sequences; %u held), %u queued, %u clients, %llu "
+               "served\n",
+               st.active, st.max_sequences, st.held, st.queued, st.clients,
+               (unsigned long long)st.requests);
         printf("KV cache:   %u of %u pages in use (%llu of %llu tokens, %.1f of %.1f MiB)\n",
                st.kv_pages_used, st.kv_pages_total, tok_used, tok_total, bytes_used / 1048576.0,
                bytes_total / 1048576.0);

@@ -747,9 +747,10 @@ void m40_sched_status(const struct m40_sched *s, struct m40_proto_status *ret)
 {
         struct m40_engine_stats st;
 
-        m40_engine_stats(s->e, &st);
+        m40_engine_stats(s->e, &st); /* while a step is in flight: as of its start */
         ret->clients = s->n_clients;
-        ret->active = st.active_seqs;
+        ret->active = s->n_active; /* the scheduler's counts: current during a step too */
+        ret->held = s->n_held;
         ret->queued = s->n_queued;
         ret->max_seqs = s->cfg.max_sequences;
         ret->kv_pages_used = st.kv_pages_used;

@@ -131,6 +131,9 @@ struct m40_status {
          * bytes each. */
         uint32_t kv_page_tokens;
         uint64_t kv_page_bytes;
+        /* Of the active requests, those whose sequences wait for their clients to read their
+         * events (held; they take no part in steps meanwhile). */
+        uint32_t held;
 };
 
 /* m40_client_connect - connect to the daemon at socket path and do the handshake. path

@@ -45,9 +45,9 @@
 #include <stdint.h>
 
 /* Versions: 2 added the ev_waiting word (event-ring backpressure), 3 the KV page size to
- * STATUS. */
+ * STATUS, 4 the held sequences to STATUS. */
 #define M40_PROTO_MAGIC       0x5030344du /* "M40P" */
-#define M40_PROTO_VERSION     3u
+#define M40_PROTO_VERSION     4u
 #define M40_PROTO_VERSION_MIN 2u /* the oldest client version a daemon serves */
 
 /* Limits every implementation of this version honours. */
@@ -104,7 +104,11 @@ struct m40_proto_status {
          * cache holds kv_pages_total * kv_page_tokens positions in kv_pages_total *
          * kv_page_bytes bytes. */
         uint64_t kv_page_bytes; /* memory of one KV page (all layers, K and V) */
-        uint64_t reserved[3];
+        /* Version 4 on (0 for a version 3 client): of the active sequences, those held
+         * because their clients do not read their events (backpressure). */
+        uint32_t held;
+        uint32_t reserved32;
+        uint64_t reserved[2];
 };
 
 #define M40_PROTO_STATUS_V2_BYTES 256u
