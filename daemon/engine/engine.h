@@ -315,8 +315,9 @@ int m40_engine_cancel(struct m40_engine *e, uint32_t id);
  * the rest again: when they are not free, the release fails with -ENOSPC and it stays
  * held. Returns 0, -ENOSPC, or -ENOENT when id is not active; while a step is in flight
  * it is queued (see "Threads" above) and returns 0 (a queued release that finds no free
- * pages leaves the sequence held). (The daemon holds a sequence whose client does not read
- * its events.) */
+ * pages leaves the sequence held, and nobody is told: a caller that must know, as the
+ * daemon's scheduler, releases between steps). (The daemon holds a sequence whose client
+ * does not read its events.) */
 int m40_engine_hold(struct m40_engine *e, uint32_t id, bool hold);
 
 /* m40_engine_logits - copy the logits (n_vocab floats) that produced sequence id's last

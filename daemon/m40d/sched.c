@@ -385,12 +385,15 @@ static void hold(struct m40_sched *s, struct req *r)
         count_hold(s, r, true);
 }
 
-/* resume - releases held r (its client has read everything) when a decoding place is
- * free and the engine can reserve the rest of its KV pages again (else -ENOSPC: it stays
- * held); returns whether it did. */
+/* resume - releases held r (its client has read everything) when no step is in flight,
+ * a decoding place is free and the engine can reserve the rest of its KV pages again (else
+ * -ENOSPC: it stays held); returns whether it did. Between steps only: a release queued
+ * during a step could not tell its -ENOSPC, and r would count as decoding while the
+ * engine still held it (the next round after the step resumes it). */
 static bool resume(struct m40_sched *s, struct req *r)
 {
-        if (decoding(s) >= s->cfg.max_sequences || m40_engine_hold(s->e, r->seq, false))
+        if (s->stepping || decoding(s) >= s->cfg.max_sequences ||
+            m40_engine_hold(s->e, r->seq, false))
                 return false;
         count_hold(s, r, false);
         return true;
