@@ -74,6 +74,8 @@ uint32_t m40_engine_kv_need(struct m40_engine *e, const struct m40_seq_params *p
 
 int m40_engine_kv_pages(struct m40_engine *e, uint32_t id)
 {
+        if (m40_engine_in_flight(e))
+                return -EBUSY; /* the step in flight changes the block tables */
         return e->ops->kv_pages(e, id);
 }
 

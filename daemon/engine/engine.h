@@ -37,7 +37,7 @@
  *   - m40_engine_stats() tells the figures as of the step's start;
  *   - m40_engine_logits() and m40_engine_step() return -EBUSY;
  *   - m40_engine_kv_need() and m40_engine_model() (fixed at creation) answer as always;
- *     m40_engine_kv_pages() is for between steps.
+ *   - m40_engine_kv_pages() returns -EBUSY (the step changes the block tables).
  * An engine whose step needs per-thread state (e.g. a current CUDA device other than the
  * default, device 0) sets it in its step. m40_engine_free() waits for a step in flight. */
 #ifndef M40_ENGINE_ENGINE_H
@@ -263,7 +263,7 @@ uint32_t m40_engine_kv_need(struct m40_engine *e, const struct m40_seq_params *p
 /* m40_engine_kv_pages - the KV pages active sequence id holds now: its reservation
  * (m40_engine_kv_need()), or while it is held those of the positions it has filled; for
  * a sequence admitted without kv_reserve, those of the positions fed so far. -ENOENT when
- * id is not active. */
+ * id is not active, -EBUSY while a step is in flight. */
 int m40_engine_kv_pages(struct m40_engine *e, uint32_t id);
 
 /* m40_engine_step - advance every active sequence that is not held by one token

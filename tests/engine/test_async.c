@@ -1,8 +1,8 @@
 /* test_async.c - the asynchronous form of the engine interface (engine.h, "Threads") on
  * the CPU engine: steps pumped onto the engine's thread and collected through its
  * descriptor produce exactly the tokens of blocking steps (greedy and seeded draws,
- * prompts in chunks); while a step is in flight admit is -EAGAIN, step and logits -EBUSY,
- * events 0, stats tell the figures as of the step's start and a second pump starts
+ * prompts in chunks); while a step is in flight admit is -EAGAIN, step, logits and
+ * kv_pages -EBUSY, events 0, stats tell the figures as of the step's start and a second pump starts
  * nothing; the descriptor is readable once the step has finished and no longer after
  * poll; cancel and hold made while a step is in flight are queued and applied by poll
  * (a cancelled sequence's tokens are a prefix of the reference and its cancel event
@@ -213,6 +213,7 @@ static void in_flight_calls(const char *path)
         CHECK(m40_engine_admit(e, &p, &id) == -EAGAIN, "admit in flight");
         CHECK(m40_engine_step(e) == -EBUSY, "step in flight");
         CHECK(m40_engine_logits(e, run.ids[0], lg, 4096) == -EBUSY, "logits in flight");
+        CHECK(m40_engine_kv_pages(e, run.ids[0]) == -EBUSY, "kv_pages in flight");
         CHECK(m40_engine_events(e, ev, 4) == 0, "events in flight");
         m40_engine_stats(e, &during);
         CHECK(!memcmp(&before, &during, sizeof(before)), "stats in flight: as of the start");
@@ -223,6 +224,7 @@ static void in_flight_calls(const char *path)
         m40_engine_stats(e, &after);
         CHECK(after.steps == before.steps + 1, "stats after poll: %llu steps",
               (unsigned long long)after.steps);
+        CHECK(m40_engine_kv_pages(e, run.ids[0]) > 0, "kv_pages after poll");
         CHECK(m40_engine_admit(e, &p, &id) == 0, "admit after poll");
         CHECK(m40_engine_cancel(e, id) == 0, "cancel after poll");
         take(e, &run);
