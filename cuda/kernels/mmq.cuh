@@ -87,8 +87,9 @@ template <int TM_, int TN_, int MR_, int NR_, int NT_, int MINB_> struct mq_shap
 
 /* The shapes by column tile (matvec.cu picks TN from the batch). Knobs for A/B builds:
  * MQ_S64, MQ_S32, MQ_S16 1 take 128-thread blocks with 8-row thread tiles (fewer shared
- * loads per FMA, more blocks per SM) instead; measured mixed (RESULTS.md: faster where
- * the tiles fill the GPU without splitting k, slower where they split), so not default. */
+ * loads per FMA, more blocks per SM) instead of 256-thread blocks with 4-row ones. On the
+ * shared schedule (mq_sched.cuh) the 16-column tile gains from it and the wider ones
+ * lose (RESULTS.md), so only MQ_S16 is 1 by default. */
 #ifndef MQ_S64
 #define MQ_S64 0
 #endif
@@ -96,7 +97,7 @@ template <int TM_, int TN_, int MR_, int NR_, int NT_, int MINB_> struct mq_shap
 #define MQ_S32 0
 #endif
 #ifndef MQ_S16
-#define MQ_S16 0
+#define MQ_S16 1
 #endif
 template <bool WIDE, class A, class B> struct mq_pick {
         typedef B type;
