@@ -7,12 +7,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include <microhttpd.h>
 
 #include "gateway.h"
 #include "m40-version.h"
+#include "m40/paths.h"
 
 #define MODEL_AGE_MS 2000
 
@@ -112,6 +114,37 @@ static json_t *details(const struct m40_status *st)
                          "quantization_level", "");
 }
 
+/* model_bytes - the size in bytes of file, the model file m40d serves as STATUS names it
+ * (its base name: m40d does not say its directory). The file is looked for where the model
+ * store keeps it (m40/paths.h): this user's store (m40_store_dir(): $M40_MODELS, else
+ * root's or the XDG one), then the service's, M40_ROOT_STORE (m40d.service's models, when
+ * the gateway runs as its own user). 0 when it is in neither (m40d was started on a path
+ * outside the store, or the gateway may not look there) or file is no store model's name
+ * (NAME.gguf, m40_store_name_check()): Ollama's size has no "unknown". A file of the same
+ * name in the store that is not the one m40d loaded from elsewhere gives its own size. */
+static uint64_t model_bytes(const char *file)
+{
+        const size_t len = strlen(file), ext = strlen(M40_STORE_EXT);
+        char name[M40_STORE_NAME_MAX + 1], dir[PATH_MAX], path[PATH_MAX];
+        const char *dirs[2] = {NULL, M40_ROOT_STORE};
+        struct stat sb;
+
+        if (len <= ext || len - ext > M40_STORE_NAME_MAX ||
+            strcmp(file + len - ext, M40_STORE_EXT) != 0)
+                return 0;
+        memcpy(name, file, len - ext);
+        name[len - ext] = '\0';
+        if (m40_store_name_check(name, NULL))
+                return 0;
+        if (!m40_store_dir(dir, sizeof(dir)))
+                dirs[0] = dir;
+        for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++)
+                if (dirs[i] && !m40_paths_put(path, sizeof(path), dirs[i], "/", file) &&
+                    !stat(path, &sb) && S_ISREG(sb.st_mode))
+                        return (uint64_t)sb.st_size;
+        return 0;
+}
+
 /* The model as /api/tags and /api/ps list it. */
 static json_t *ollama_model(const struct m40_status *st, const char *id, bool ps)
 {
@@ -120,7 +153,7 @@ static json_t *ollama_model(const struct m40_status *st, const char *id, bool ps
 
         snprintf(name, sizeof(name), "%s:latest", id);
         m = json_pack("{s:s,s:s,s:s,s:I,s:o}", "name", name, "model", name, "digest", "", "size",
-                      (json_int_t)0, "details", details(st));
+                      (json_int_t)model_bytes(st->model), "details", details(st));
         if (m && ps) {
                 json_object_set_new(m, "expires_at", json_string("2999-12-31T23:59:59Z"));
                 json_object_set_new(m, "size_vram", json_integer(0));

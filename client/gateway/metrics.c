@@ -1,9 +1,9 @@
 /* metrics.c - what /metrics exposes, in Prometheus' text format (version 0.0.4): the
  * gateway's own counters (HTTP requests by endpoint and status, tokens, generations
  * running) and histograms (time to first token, time between text events), and m40d's
- * figures from its STATUS answer (queue depth, active sequences, KV pages, tok/s). Also the
- * gateway's control connection to m40d, over which every STATUS goes. All of it is
- * shared by the connection threads: one mutex each for the figures and the connection. */
+ * figures from its STATUS answer (queue depth, active and held sequences, KV pages, tok/s).
+ * Also the gateway's control connection to m40d, over which every STATUS goes. All of it
+ * is shared by the connection threads: one mutex each for the figures and the connection. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -262,6 +262,10 @@ static void put_daemon(struct buf *b, const struct m40_status *st)
                  (double)st->queued},
                 {"m40_active_sequences", "gauge", "Sequences m40d is decoding or holding.",
                  (double)st->active},
+                {"m40_held_sequences", "gauge",
+                 "Of the active sequences, those m40d holds out of its steps until their "
+                 "clients read their events.",
+                 (double)st->held},
                 {"m40_max_sequences", "gauge", "Sequences m40d decodes at once at most.",
                  (double)st->max_sequences},
                 {"m40_clients", "gauge", "Connections to m40d.", (double)st->clients},

@@ -1,6 +1,7 @@
 """gwtest.py - shared by the gateway tests: starts m40d (CPU engine) on a model and
-m40-gateway in front of it on a free loopback port, in a temporary directory removed at
-exit; runs m40ctl; exits 77 (skip) when the model is missing.
+m40-gateway in front of it on a free loopback port (its model store, $M40_MODELS, the
+model's directory), in a temporary directory removed at exit; runs m40ctl; exits 77 (skip)
+when the model is missing.
 
     with Stack(m40d, m40ctl, gateway, model, ini_extra, gw_args) as s:
         s.url, s.sock, s.m40ctl(...), s.status()
@@ -85,8 +86,10 @@ class Stack:
     def start_gateway(self):
         self.gw_log = os.path.join(self.dir, "gateway.log")
         log = open(self.gw_log, "w")
+        # the gateway's model store is the model's directory (/api/tags shows its size)
+        env = dict(os.environ, M40_MODELS=os.path.dirname(os.path.abspath(self.model)))
         self.gw = subprocess.Popen([self.gw_bin, "--listen", "127.0.0.1:0", "--socket",
-                                    self.gw_sock] + self.gw_args, stderr=log)
+                                    self.gw_sock] + self.gw_args, stderr=log, env=env)
         self.procs.append(self.gw)
         for _ in range(100):
             m = re.search(r"listening on (\S+),", self.log("gateway.log"))

@@ -5,7 +5,8 @@ against m40-gateway in front of m40d (CPU engine) on SmolLM2-135M-Instruct:
     completion; the streamed text equals `m40ctl submit --chat`'s for the same greedy
     request, the completion equals `m40ctl submit`'s; 32 concurrent streaming clients all
     complete with that same text;
-  - ollama: list, chat (not streamed and streamed), generate; the same text again.
+  - ollama: list (the model file's size in bytes: the gateway finds it in its model
+    store), chat (not streamed and streamed), generate; the same text again.
 Exit 0 pass, 1 fail, 77 skip (no model, or the packages are not installed).
 
 Usage: test_clients.py M40D M40CTL M40_GATEWAY MODEL|tests/fetch-models.sh
@@ -106,8 +107,12 @@ def run_openai(s, ref, raw_ref):
 
 def run_ollama(s, ref):
     c = ollama.Client(host=s.url, timeout=300)
-    names = [m.model for m in c.list().models]
+    listed = c.list().models
+    names = [m.model for m in listed]
     check(names == ["SmolLM2-135M-Instruct.Q4_1:latest"], f"ollama list: {names}")
+    sizes = [m.size for m in listed]
+    check(sizes == [os.path.getsize(s.model)],
+          f"ollama list: size {sizes}, the model file has {os.path.getsize(s.model)} bytes")
     model = names[0]
     msgs = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": QUESTION}]
     opts = {"temperature": 0, "num_predict": N_TOKENS}

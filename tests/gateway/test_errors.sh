@@ -10,7 +10,10 @@
 #   - a client that disconnects mid-stream has its sequence freed in m40d within one engine
 #     step: m40d generates at most 2 tokens after the hang-up (the step running then and
 #     one more while the cancel crosses), and m40ctl status then shows no active sequence
-#     and no KV page (polled for up to 10 s: a sanitizer build's steps are slow).
+#     and no KV page (polled for up to 10 s: a sanitizer build's steps are slow);
+#   - /api/tags and /api/ps give the model file's size in bytes when the gateway finds it
+#     in the model store ($M40_MODELS here), 0 when not; /metrics has m40d's held
+#     sequences (HELP, TYPE gauge) beside the active ones, at most as many.
 #
 # Usage: test_errors.sh M40D M40CTL M40_GATEWAY MODEL|tests/fetch-models.sh [PYTHON]
 set -euo pipefail
@@ -59,7 +62,8 @@ token=0123456789abcdef0123456789abcdef
 printf '%s\n' "$token" > "$dir/token"
 printf '[gateway]\nmax_body_bytes = 16384\nmax_requests = 1\ntoken_file = %s\n' "$dir/token" \
         > "$dir/gateway.ini"
-start_gateway main --socket "$sock" --config "$dir/gateway.ini"
+# the main gateway's model store is the model's directory: /api/tags shows its size
+M40_MODELS=$(dirname "$model") start_gateway main --socket "$sock" --config "$dir/gateway.ini"
 main=$url main_pid=$gw_pid
 auth=(-H "Authorization: Bearer $token")
 model_id=SmolLM2-135M-Instruct.Q4_1
@@ -130,6 +134,38 @@ auth=()
 [ "$(curl -s -o /dev/null -w '%{http_code}' "$main/health")" = 200 ] || fail "/health without a token"
 auth=("${saved[@]}")
 
+# /api/tags: the model file's size in bytes when the gateway finds it in the store, else 0
+# (a gateway whose store is empty; the service's store, /var/lib/m40d/models, is looked at
+# too); /api/ps lists the same
+# tags_size URL [CURL ARGS...] - the size /api/tags gives the one model, or "bad: ..."
+tags_size() {
+        curl -s "${@:2}" "$1/api/tags" | python3 -c '
+import json, sys
+m = json.load(sys.stdin)["models"]
+print(m[0]["size"] if len(m) == 1 and type(m[0]["size"]) is int else f"bad: {m}")'
+}
+model_bytes=$(stat -L -c %s "$model")
+got=$(tags_size "$main" "${auth[@]}") || got="no JSON"
+[ "$got" = "$model_bytes" ] || fail "/api/tags size $got, not the model file's $model_bytes bytes"
+got=$(curl -s "${auth[@]}" "$main/api/ps" | python3 -c 'import json,sys; print(json.load(sys.stdin)["models"][0]["size"])') ||
+        got="no JSON"
+[ "$got" = "$model_bytes" ] || fail "/api/ps size $got, not the model file's $model_bytes bytes"
+M40_MODELS=$dir/nostore start_gateway nostore --socket "$sock"
+want=0
+[ -f "/var/lib/m40d/models/$(basename "$model")" ] && want=$(stat -L -c %s "/var/lib/m40d/models/$(basename "$model")")
+got=$(tags_size "$url") || got="no JSON"
+[ "$got" = "$want" ] || fail "/api/tags size $got with the model in no store, not $want"
+kill "$gw_pid"
+echo "ok   /api/tags size: $model_bytes bytes from the store, $want when the store lacks the file"
+
+# /metrics: m40d's held sequences beside the active ones, HELP and TYPE as the others
+# metric NAME - its value in a /metrics answer ($dir/metrics); nothing when it has no
+# value, no HELP line or no TYPE gauge line
+metric() {
+        grep -q "^# HELP $1 ." "$dir/metrics" && grep -q "^# TYPE $1 gauge$" "$dir/metrics" &&
+                sed -n "s/^$1 \([0-9][0-9.e+]*\)$/\1/p" "$dir/metrics" || true
+}
+
 # a long stream holds the one max_requests slot: the next request gets 429; then its client
 # hangs up and m40d frees the sequence at once
 curl -sN "${auth[@]}" "$main/v1/chat/completions" -d "$(chat ',"max_tokens":4000,"ignore_eos":true,"stream":true')" \
@@ -139,6 +175,10 @@ for _ in $(seq 600); do [ -s "$dir/stream" ] && break; sleep 0.05; done
 sleep 0.5
 [ "$("$m40ctl" status --socket "$sock" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["active"])')" = 1 ] ||
         fail "the stream is not running in m40d"
+curl -s "${auth[@]}" "$main/metrics" > "$dir/metrics"
+active=$(metric m40_active_sequences) held=$(metric m40_held_sequences)
+[ "$active" = 1 ] && [ -n "$held" ] && [ "$held" -le "$active" ] ||
+        fail "/metrics during one stream: m40_active_sequences '$active', m40_held_sequences '$held' (empty: no value or no HELP/TYPE gauge lines)"
 expect 429 openai POST /v1/chat/completions "$(chat '')"
 expect 429 ollama POST /api/chat "{\"model\":\"$model_id\",\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}"
 grep -q '^data: {' "$dir/stream" || fail "the long stream sent no chunk"
@@ -161,6 +201,12 @@ else
         echo "ok   disconnect mid-stream: sequence and KV pages freed ${freed} ms after the hang-up, $((g1 - g0)) tokens generated after it"
 fi
 [ $((g1 - g0)) -le 2 ] || fail "m40d generated $((g1 - g0)) tokens after the client hung up"
+# nothing runs now: no sequence active or held, in /metrics as in m40ctl status
+curl -s "${auth[@]}" "$main/metrics" > "$dir/metrics"
+active=$(metric m40_active_sequences) held=$(metric m40_held_sequences)
+[ "$active" = 0 ] && [ "$held" = 0 ] ||
+        fail "/metrics after the stream: m40_active_sequences '$active', m40_held_sequences '$held' (empty: no value or no HELP/TYPE gauge lines)"
+echo "ok   /metrics: m40_held_sequences $held of m40_active_sequences $active"
 
 # 503: no m40d behind the gateway, for every endpoint that needs it; /health says so
 start_gateway nodaemon --socket "$dir/none.sock"
