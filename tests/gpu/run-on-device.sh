@@ -31,10 +31,10 @@ LOGS=${OUT:-/tmp}/gpu-logs
 BENCH_JSON=${OUT:+$OUT/bench.json}
 BENCH_JSON=${BENCH_JSON:-$LOGS/bench.json}
 BENCH_ARGS=${BENCH_ARGS:---matvec}
-GPU_TESTS=(test_device test_alloc test_loader test_matvec test_mmq test_ops test_attention test_gemm test_sample
+GPU_TESTS=(test_device test_alloc test_loader test_matvec test_matvec_qkv test_mmq test_ops test_attention test_gemm test_sample
         test_cuda_engine)
 GPU_TARGETS=(tests/gpu/test_device tests/gpu/test_alloc tests/gpu/test_loader
-        tests/gpu/test_matvec tests/gpu/test_mmq tests/gpu/test_ops tests/gpu/test_attention tests/gpu/loader_q4km.gguf
+        tests/gpu/test_matvec tests/gpu/test_matvec_qkv tests/gpu/test_mmq tests/gpu/test_ops tests/gpu/test_attention tests/gpu/loader_q4km.gguf
         tests/bench/m40-bench
         tests/gpu/test_gemm tests/gpu/test_sample
         tests/gpu/test_cuda_engine tests/gpu/engine_135m_q4_1.gguf)
@@ -177,7 +177,7 @@ for t in "${GPU_TESTS[@]}"; do
                 "$sanitizer" --tool memcheck --leak-check full --error-exitcode 3 $(test_cmd "$t")
         sanitized+=("memcheck-$t")
 done
-for t in test_matvec test_mmq test_ops test_attention test_sample test_cuda_engine; do
+for t in test_matvec test_matvec_qkv test_mmq test_ops test_attention test_sample test_cuda_engine; do
         if [ -z "$sanitizer" ] || [ ! -x "$BUILD/tests/gpu/$t" ]; then
                 skip "racecheck-$t" "no compute-sanitizer, SANITIZE=0 or no $t"
                 continue
