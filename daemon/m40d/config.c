@@ -28,6 +28,7 @@ void m40d_config_default(struct m40d_config *c)
         c->max_sequences = 16;
         c->max_batch_tokens = 256;
         c->prefill_chunk_tokens = M40_PREFILL_CHUNK_DEFAULT;
+        c->step_timeout_ms = M40D_STEP_TIMEOUT_MS_DEFAULT;
         snprintf(c->socket, sizeof(c->socket), "/run/m40d/m40d.sock");
         snprintf(c->group, sizeof(c->group), "m40");
         c->max_clients = 64;
@@ -169,6 +170,8 @@ static int engine_key(struct parse *p, const char *key, const char *v)
                 return get_u32(p, s, key, v, 0, 65536, &c->prefill_chunk_tokens);
         if (!strcmp(key, "vram_limit_mb"))
                 return get_u64(p, s, key, v, 0, 1u << 24, &c->vram_limit_mb);
+        if (!strcmp(key, "step_timeout_ms"))
+                return get_u32(p, s, key, v, 0, M40D_STEP_TIMEOUT_MS_MAX, &c->step_timeout_ms);
         return bad(p, s, key, "unknown key");
 }
 

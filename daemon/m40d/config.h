@@ -27,6 +27,9 @@ struct m40d_config {
         /* prompt tokens per step beside decode tokens (engine.h's step policy); 0 and values
          * at or above max_batch_tokens: max_batch_tokens */
         uint32_t prefill_chunk_tokens;
+        /* an engine step running longer than this is logged as stuck and m40d stops the
+         * systemd watchdog's pings until it finishes (main.c serve()); 0: never */
+        uint32_t step_timeout_ms;
         /* [server] */
         char socket[108];
         char group[64]; /* "" : only root and the daemon's user */
@@ -51,6 +54,11 @@ struct m40d_config {
         int32_t top_k;
         uint64_t seed; /* 0: a different seed per request */
 };
+
+/* [engine] step_timeout_ms: the default, ten minutes, is what a long CPU prefill step can
+ * take on a slow machine (m40d.ini says why); the most, a day. */
+#define M40D_STEP_TIMEOUT_MS_DEFAULT 600000u
+#define M40D_STEP_TIMEOUT_MS_MAX     86400000u
 
 /* m40d_config_default - the built-in defaults (those the shipped m40d.ini spells out). */
 void m40d_config_default(struct m40d_config *c);

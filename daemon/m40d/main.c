@@ -46,6 +46,9 @@ struct daemon {
         struct m40_proto_status model;
         gid_t gid;
         uint64_t watchdog_usec;
+        /* the engine watchdog (watch_step()): when the step in flight that ran over
+         * [engine] step_timeout_ms started; 0: the engine is not stuck */
+        uint64_t stuck_start;
         struct m40_ipc_sockid sock_id;
         bool own_socket; /* we made cfg.socket (not systemd): remove it at exit */
 };
@@ -423,35 +426,102 @@ static int fit_fd_limit(struct daemon *d)
 static void notify_status(struct daemon *d, const char *prefix)
 {
         struct m40_proto_status st = d->model;
+        char stuck[128] = "";
 
         m40_sched_status(d->s, &st);
-        sd_notifyf(0, "%sSTATUS=%s: %u active, %u queued, %u clients, %.1f tokens/s", prefix,
-                   st.model, st.active, st.queued, st.clients, st.tokens_per_s);
+        if (d->stuck_start)
+                snprintf(stuck, sizeof(stuck),
+                         "engine stuck: a step has run for %.0f s (step_timeout_ms = %u); ",
+                         (double)(now_ns() - d->stuck_start) * 1e-9, d->cfg.step_timeout_ms);
+        sd_notifyf(0, "%sSTATUS=%s: %s%u active, %u queued, %u clients, %.1f tokens/s", prefix,
+                   st.model, stuck, st.active, st.queued, st.clients, st.tokens_per_s);
+}
+
+/* watch_step - the engine watchdog, once a round at time t: the engine is stuck while the
+ * step in flight has run for [engine] step_timeout_ms or more (a hung GPU, a wedged
+ * driver: the step runs on the engine's thread, so the loop goes on and would otherwise
+ * ping systemd's watchdog forever). Becoming stuck is logged once and put in STATUS; the
+ * caller then sends no WATCHDOG=1, so that systemd restarts m40d after WatchdogSec. A step
+ * that finishes after all is logged and the pings resume. Returns whether the engine is
+ * stuck. A device heartbeat (the persistent kernel) is one more input here. */
+static bool watch_step(struct daemon *d, uint64_t t)
+{
+        const uint64_t limit = (uint64_t)d->cfg.step_timeout_ms * 1000000u;
+        const uint64_t age = limit ? m40_sched_step_age_ns(d->s) : 0;
+
+        if (age >= limit && limit && !d->stuck_start) {
+                d->stuck_start = t - age;
+                if (d->watchdog_usec)
+                        m40d_log(LOG_CRIT,
+                                 "the engine step has run for %.1f s, over [engine] "
+                                 "step_timeout_ms = %u: the engine looks stuck; m40d stops "
+                                 "pinging the systemd watchdog, which restarts it within %.0f s "
+                                 "unless the step finishes",
+                                 (double)age * 1e-9, d->cfg.step_timeout_ms,
+                                 (double)d->watchdog_usec * 1e-6);
+                else
+                        m40d_log(LOG_CRIT,
+                                 "the engine step has run for %.1f s, over [engine] "
+                                 "step_timeout_ms = %u: the engine looks stuck; no systemd "
+                                 "watchdog to stop: m40d waits for the step",
+                                 (double)age * 1e-9, d->cfg.step_timeout_ms);
+                notify_status(d, "");
+        } else if (age < limit && d->stuck_start) {
+                /* the stuck step's age only grows: a younger one (or none) means it ended */
+                m40d_log(LOG_WARNING,
+                         "the stuck engine step finished after %.1f s: the engine works "
+                         "again%s",
+                         (double)(t - d->stuck_start) * 1e-9,
+                         d->watchdog_usec ? "; the systemd watchdog pings resume" : "");
+                d->stuck_start = 0;
+                notify_status(d, "");
+        }
+        return d->stuck_start != 0;
+}
+
+/* heartbeat - once a round at time t: the engine watchdog, WATCHDOG=1 when one is due and
+ * the engine is not stuck, STATUS every STATUS_EVERY_NS. Returns the ms after which the
+ * loop must come round again for them (a ping, the step in flight reaching the timeout),
+ * at most timeout. */
+static int heartbeat(struct daemon *d, uint64_t t, uint64_t *last_ping, uint64_t *last_status,
+                     int timeout)
+{
+        /* a quarter of WatchdogSec: a round that runs long still pings within half of it */
+        const uint64_t ping_ns = d->watchdog_usec * 1000u / 4;
+        const uint64_t limit = (uint64_t)d->cfg.step_timeout_ms * 1000000u;
+        const bool stuck = watch_step(d, t);
+        uint64_t age, wait_ns = (uint64_t)timeout * 1000000u;
+
+        if (ping_ns && !stuck && t - *last_ping >= ping_ns) {
+                sd_notify(0, "WATCHDOG=1");
+                *last_ping = t;
+        }
+        if (t - *last_status >= STATUS_EVERY_NS) {
+                notify_status(d, "");
+                *last_status = t;
+        }
+        if (ping_ns && !stuck && *last_ping + ping_ns - t < wait_ns)
+                wait_ns = *last_ping + ping_ns - t;
+        age = limit && !stuck ? m40_sched_step_age_ns(d->s) : 0;
+        if (age && (age >= limit || limit - age < wait_ns))
+                wait_ns = age >= limit ? 0 : limit - age;
+        return (int)((wait_ns + 999999u) / 1000000u);
 }
 
 /* Runs until a termination signal; then drains. Returns 0 or a negative error. */
 static int serve(struct daemon *d)
 {
-        uint64_t last_status = 0, last_ping = 0, stop_deadline = 0, ping_ns;
+        uint64_t last_status = 0, last_ping = 0, stop_deadline = 0;
         bool stopping = false;
 
-        /* a quarter of WatchdogSec: a round that runs long still pings within half of it */
-        ping_ns = d->watchdog_usec ? d->watchdog_usec * 1000u / 4 : 0;
         for (;;) {
                 int busy = m40_sched_run(d->s), timeout = busy ? 0 : 1000, sig;
                 uint64_t t = now_ns();
 
                 /* the loop only gets here when the scheduler made its round: that is
                  * progress; it comes round at least once a second, also while a long engine
-                 * step runs on the engine's thread */
-                if (ping_ns && t - last_ping >= ping_ns) {
-                        sd_notify(0, "WATCHDOG=1");
-                        last_ping = t;
-                }
-                if (t - last_status >= STATUS_EVERY_NS) {
-                        notify_status(d, "");
-                        last_status = t;
-                }
+                 * step runs on the engine's thread, which heartbeat() watches */
+                timeout = heartbeat(d, t, &last_ping, &last_status, timeout);
                 if (stopping) {
                         if (m40_sched_quiet(d->s, true))
                                 return 0;
@@ -467,7 +537,7 @@ static int serve(struct daemon *d)
                                                       "events");
                                 return 0;
                         }
-                        if (!busy)
+                        if (!busy && timeout > 10)
                                 timeout = 10;
                 }
                 if (!busy) {

@@ -563,6 +563,7 @@ static void start(struct m40_sched *s)
         k = m40_engine_pump(s->e);
         if (k > 0) {
                 s->stepping = true;
+                s->step_start_ns = now_ns();
         } else if (k < 0) {
                 m40d_log(LOG_ERR, "cannot start an engine step: %s", m40_strerror(k));
                 m40_sched_cancel_all(s, k);
@@ -649,6 +650,11 @@ int m40_sched_run(struct m40_sched *s)
          * of those wakes the daemon, so they are no reason to spin. Held sequences
          * neither, nor a step in flight, nor submissions that wait for its end. */
         return work || (!s->stepping && decoding(s) > 0);
+}
+
+uint64_t m40_sched_step_age_ns(const struct m40_sched *s)
+{
+        return s->stepping ? now_ns() - s->step_start_ns : 0;
 }
 
 int m40_sched_fd(struct m40_sched *s)

@@ -89,6 +89,11 @@ int m40_sched_run(struct m40_sched *s);
  * Returns it (>= 0), or -errno. */
 int m40_sched_fd(struct m40_sched *s);
 
+/* m40_sched_step_age_ns - how long the engine step in flight has run (since it was
+ * pumped), in ns; 0 when none is. A step that has finished counts until m40_sched_run()
+ * collects it. m40d's watchdog (main.c serve()) compares it with [engine] step_timeout_ms. */
+uint64_t m40_sched_step_age_ns(const struct m40_sched *s);
+
 /* m40_sched_next_ms - the ms after which the caller must run a round although nothing
  * woke it (parsing paused beside running sequences resumes then), or -1: no such time. */
 int m40_sched_next_ms(const struct m40_sched *s);

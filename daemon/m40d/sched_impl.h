@@ -72,6 +72,7 @@ struct m40_sched {
         struct m40_tok_scratch *scratch;
         bool draining;
         bool stepping;            /* a step is in flight on the engine's thread (m40_engine_pump) */
+        uint64_t step_start_ns;   /* when start() pumped the step in flight */
         uint64_t vclock;          /* vtime of the client read last */
         uint64_t parse_resume_ns; /* parse_paused(): no parsing before, while sequences run */
         size_t max_piece; /* request.c: most text bytes one token stands for; 0: not known yet */

@@ -2,12 +2,14 @@
  * out exactly the built-in defaults; [engine] vram_limit_mb takes 0 (no cap) up to
  * 16777216 MiB and refuses anything else with an error naming the file, the line and the
  * key; [engine] prefill_chunk_tokens takes 0..65536 (default M40_PREFILL_CHUNK_DEFAULT)
- * likewise; [sampling] takes exactly the ranges of m40_sampler_param_check() (the ones
- * requests get, m40.h's: top_k = -1 is "off"); every bad line is reported on its own line
- * with its own message (issue 20 item 10), over-long lines too; a directory is no config.
+ * likewise, and step_timeout_ms 0..86400000 (default 600000); [sampling] takes exactly the ranges
+ * of m40_sampler_param_check() (the ones requests get, m40.h's: top_k = -1 is "off"); every bad
+ * line is reported on its own line with its own message (issue 20 item 10), over-long lines too; a
+ * directory is no config.
  *
  *   test_config M40D.INI (the shipped file). Exit 0 pass, 1 fail. */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,32 +90,54 @@ static void test_vram_limit(void)
               "vram_limit_mb in [server]: %d '%s'", r, err);
 }
 
+/* check_u32_key - [engine] key: its default is def, every value of good is
+ * taken, every one of bad refused with the file, line and key and the range
+ * (e.g. "0..65536") in the message. off: offsetof the field key sets. */
+static void check_u32_key(const char *key, uint32_t def, size_t off, const uint32_t *good,
+                          size_t n_good, const char *const *bad, size_t n_bad, const char *range)
+{
+        struct m40d_config c;
+        char ini[256], err[1024], want[128];
+        const uint32_t *v = (const uint32_t *)((const char *)&c + off);
+        int r;
+
+        m40d_config_default(&c);
+        CHECK(*v == def, "%s default %u, want %u", key, *v, def);
+        for (size_t i = 0; i < n_good; i++) {
+                snprintf(ini, sizeof(ini), "[engine]\n%s = %u\n", key, good[i]);
+                r = load(ini, &c, err, sizeof(err));
+                CHECK(r == 0 && *v == good[i], "%s = %u: %d (%s), got %u", key, good[i], r, err,
+                      *v);
+        }
+        for (size_t i = 0; i < n_bad; i++) {
+                snprintf(ini, sizeof(ini), "[engine]\n%s = %s\n", key, bad[i]);
+                r = load(ini, &c, err, sizeof(err));
+                snprintf(want, sizeof(want), "%s:2: [engine] %s: ", path, key);
+                CHECK(r == -EINVAL && !strncmp(err, want, strlen(want)) && strstr(err, range),
+                      "%s = '%s': %d, message '%s'", key, bad[i], r, err);
+        }
+}
+
 static void test_prefill_chunk(void)
 {
         static const uint32_t good[] = {0, 1, 32, 256, 65536};
         static const char *const bad[] = {"-1", "65537", "abc", "32k", ""};
-        struct m40d_config c;
-        char ini[256], err[1024], want[128];
-        int r;
 
-        m40d_config_default(&c);
-        CHECK(c.prefill_chunk_tokens == M40_PREFILL_CHUNK_DEFAULT,
-              "prefill_chunk_tokens default %u, want %u", c.prefill_chunk_tokens,
-              M40_PREFILL_CHUNK_DEFAULT);
-        for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
-                snprintf(ini, sizeof(ini), "[engine]\nprefill_chunk_tokens = %u\n", good[i]);
-                r = load(ini, &c, err, sizeof(err));
-                CHECK(r == 0 && c.prefill_chunk_tokens == good[i],
-                      "prefill_chunk_tokens = %u: %d (%s), got %u", good[i], r, err,
-                      c.prefill_chunk_tokens);
-        }
-        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-                snprintf(ini, sizeof(ini), "[engine]\nprefill_chunk_tokens = %s\n", bad[i]);
-                r = load(ini, &c, err, sizeof(err));
-                snprintf(want, sizeof(want), "%s:2: [engine] prefill_chunk_tokens: ", path);
-                CHECK(r == -EINVAL && !strncmp(err, want, strlen(want)) && strstr(err, "0..65536"),
-                      "prefill_chunk_tokens = '%s': %d, message '%s'", bad[i], r, err);
-        }
+        check_u32_key("prefill_chunk_tokens", M40_PREFILL_CHUNK_DEFAULT,
+                      offsetof(struct m40d_config, prefill_chunk_tokens), good,
+                      sizeof(good) / sizeof(good[0]), bad, sizeof(bad) / sizeof(bad[0]),
+                      "0..65536");
+}
+
+/* [engine] step_timeout_ms: 0 (off) up to a day; the default 10 minutes */
+static void test_step_timeout(void)
+{
+        static const uint32_t good[] = {0, 1, 250, 600000, 86400000};
+        static const char *const bad[] = {"-1", "86400001", "4294967296", "10s", "1.5", ""};
+
+        check_u32_key("step_timeout_ms", 600000, offsetof(struct m40d_config, step_timeout_ms),
+                      good, sizeof(good) / sizeof(good[0]), bad, sizeof(bad) / sizeof(bad[0]),
+                      "0..86400000");
 }
 
 static void test_sampling(void)
@@ -267,12 +291,14 @@ int main(int argc, char **argv)
         test_shipped(argv[1]);
         test_vram_limit();
         test_prefill_chunk();
+        test_step_timeout();
         test_sampling();
         test_errors();
         test_not_a_file();
         unlink(path);
         if (!failures)
-                printf("ok: shipped m40d.ini = defaults; vram_limit_mb and prefill_chunk_tokens "
+                printf("ok: shipped m40d.ini = defaults; vram_limit_mb, prefill_chunk_tokens and "
+                       "step_timeout_ms "
                        "valid and invalid values; [sampling] ranges as for requests; every error "
                        "on "
                        "its own "
