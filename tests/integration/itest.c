@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -56,6 +58,12 @@ int itest_daemon_start(struct itest_daemon *d, const char *m40d, const char *mod
                         setenv("NOTIFY_SOCKET", notify, 1);
                 else
                         unsetenv("NOTIFY_SOCKET");
+                if (getenv("WATCHDOG_USEC")) { /* as systemd sets them: for this pid */
+                        char pid[24];
+
+                        snprintf(pid, sizeof(pid), "%d", (int)getpid());
+                        setenv("WATCHDOG_PID", pid, 1);
+                }
                 unsetenv("LISTEN_FDS");
                 unsetenv("LISTEN_PID");
                 execl(m40d, m40d, "-c", ini, (char *)NULL);
@@ -202,4 +210,36 @@ long itest_cpu_ticks(pid_t pid)
             sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &stime) != 2)
                 return -1;
         return (long)(ut + stime);
+}
+
+int itest_notify_open(const char *dir, char *path, size_t cap, int timeout_ms)
+{
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+        struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
+        int fd;
+
+        snprintf(path, cap, "%s/notify", dir);
+        snprintf(sa.sun_path, sizeof(sa.sun_path), "%.100s", path);
+        fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return -1;
+        if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) ||
+            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv))) {
+                close(fd);
+                return -1;
+        }
+        return fd;
+}
+
+char *itest_story(int n)
+{
+        static const char *const words[] = {"the", "cat", "sat", "on",  "a",   "mat", "and",
+                                            "dog", "ran", "to",  "big", "red", "ball"};
+        char *p = malloc((size_t)n * 6 + 1), *w = p;
+
+        if (!p)
+                return NULL;
+        for (int i = 0; i < n; i++)
+                w += sprintf(w, "%s%s", i ? " " : "", words[(i * 7 + i / 13) % 13]);
+        return p;
 }

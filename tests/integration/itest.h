@@ -28,8 +28,10 @@ struct itest_daemon {
 };
 
 /* itest_daemon_start - runs m40d (binary m40d) serving model, with extra lines appended to
- * its ini (may be NULL) and NOTIFY_SOCKET=notify when not NULL; waits until the socket
- * accepts a client. Returns 0, or -1 (message on stderr). */
+ * its ini (may be NULL) and NOTIFY_SOCKET=notify when not NULL; when the caller's
+ * environment has WATCHDOG_USEC, m40d gets it with WATCHDOG_PID = m40d's own pid, as systemd
+ * sets them (sd_watchdog_enabled() is then on). Waits until the socket accepts a client. Returns 0,
+ * or -1 (message on stderr). */
 int itest_daemon_start(struct itest_daemon *d, const char *m40d, const char *model,
                        const char *extra, const char *notify);
 /* itest_daemon_stop - SIGTERM, wait; returns m40d's exit status (128+signal if killed). */
@@ -56,6 +58,14 @@ bool itest_file_has(const char *path, const char *needle);
 
 /* itest_cpu_ticks - user + system CPU time of process pid in clock ticks, or -1. */
 long itest_cpu_ticks(pid_t pid);
+
+/* itest_notify_open - a datagram socket bound at DIR/notify (its path into path) for m40d's
+ * NOTIFY_SOCKET, whose recv() gives up after timeout_ms. Returns it, or -1. */
+int itest_notify_open(const char *dir, char *path, size_t cap, int timeout_ms);
+
+/* itest_story - n short words, like a story (malloc'd; NULL when out of memory): a prompt
+ * of about 1.5 n tokens of stories260K. */
+char *itest_story(int n);
 
 /* A few prompts (stories260K-style). */
 extern const char *const itest_prompts[8];

@@ -24,7 +24,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -169,20 +168,6 @@ static int probe(double *ret_s)
         return r;
 }
 
-static int open_notify(const char *dir, char *path, size_t cap)
-{
-        struct sockaddr_un sa = {.sun_family = AF_UNIX};
-        struct timeval tv = {0, 200000};
-
-        snprintf(path, cap, "%s/notify", dir);
-        snprintf(sa.sun_path, sizeof(sa.sun_path), "%.100s", path);
-        nfd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-        if (nfd < 0 || bind(nfd, (struct sockaddr *)&sa, sizeof(sa)) ||
-            setsockopt(nfd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)))
-                return -1;
-        return 0;
-}
-
 int main(int argc, char **argv)
 {
         struct itest_daemon d;
@@ -225,7 +210,8 @@ int main(int argc, char **argv)
         big[big_len] = 0;
 
         CHECK(mkdtemp(ndir));
-        CHECK(!open_notify(ndir, npath, sizeof(npath)));
+        nfd = itest_notify_open(ndir, npath, sizeof(npath), 200);
+        CHECK(nfd >= 0);
         setenv("WATCHDOG_USEC", "4000000", 1);
         unsetenv("WATCHDOG_PID");
         CHECK(!pthread_create(&nth, NULL, notify_reader, NULL));

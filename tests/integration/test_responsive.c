@@ -91,25 +91,11 @@ static int cmp_double(const void *a, const void *b)
         return x < y ? -1 : x > y;
 }
 
-/* story - n short words, like a story (malloc'd). */
-static char *story(int n)
-{
-        static const char *const words[] = {"the", "cat", "sat", "on",  "a",   "mat", "and",
-                                            "dog", "ran", "to",  "big", "red", "ball"};
-        char *p = malloc((size_t)n * 6 + 1), *w = p;
-
-        if (!p)
-                return NULL;
-        for (int i = 0; i < n; i++)
-                w += sprintf(w, "%s%s", i ? " " : "", words[(i * 7 + i / 13) % 13]);
-        return p;
-}
-
 /* submit_story - a greedy request of a story of n words for max_tokens on c. */
 static int submit_story(struct m40_client *c, int n, uint32_t max_tokens, uint64_t *ret_id)
 {
         struct m40_request rq;
-        char *prompt = story(n);
+        char *prompt = itest_story(n);
         int r;
 
         if (!prompt)
