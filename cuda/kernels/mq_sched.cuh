@@ -78,8 +78,8 @@ __device__ __forceinline__ struct mq_geom mq_geom_of(const struct mq_args &a, in
  * one segment is written directly; a unit cut into segments has each segment's sums
  * stored in its block's slot (2 a block: its first unit's and its last unit's), and the
  * block that finishes the unit's last segment (a counter per unit: atomicAdd after
- * __threadfence) adds the segments up in segment order, its own from registers, writes
- * the outputs and clears the counter. The order of the sums depends only on G and W:
+ * __threadfence) adds the segments up in segment order (its own too, read back from its
+ * slot), writes the outputs and clears the counter. The order of the sums depends only on G and W:
  * deterministic. */
 
 /* mq_sk_start - the first work item of block g of G. */
