@@ -450,21 +450,18 @@ static bool watch_step(struct daemon *d, uint64_t t)
         const uint64_t age = limit ? m40_sched_step_age_ns(d->s) : 0;
 
         if (age >= limit && limit && !d->stuck_start) {
+                char next[128] = "no systemd watchdog to stop: m40d waits for the step";
+
                 d->stuck_start = t - age;
                 if (d->watchdog_usec)
-                        m40d_log(LOG_CRIT,
-                                 "the engine step has run for %.1f s, over [engine] "
-                                 "step_timeout_ms = %u: the engine looks stuck; m40d stops "
-                                 "pinging the systemd watchdog, which restarts it within %.0f s "
-                                 "unless the step finishes",
-                                 (double)age * 1e-9, d->cfg.step_timeout_ms,
+                        snprintf(next, sizeof(next),
+                                 "m40d stops pinging the systemd watchdog, which restarts it "
+                                 "within %.0f s unless the step finishes",
                                  (double)d->watchdog_usec * 1e-6);
-                else
-                        m40d_log(LOG_CRIT,
-                                 "the engine step has run for %.1f s, over [engine] "
-                                 "step_timeout_ms = %u: the engine looks stuck; no systemd "
-                                 "watchdog to stop: m40d waits for the step",
-                                 (double)age * 1e-9, d->cfg.step_timeout_ms);
+                m40d_log(LOG_CRIT,
+                         "the engine step has run for %.1f s, over [engine] step_timeout_ms = "
+                         "%u: the engine looks stuck; %s",
+                         (double)age * 1e-9, d->cfg.step_timeout_ms, next);
                 notify_status(d, "");
         } else if (age < limit && d->stuck_start) {
                 /* the stuck step's age only grows: a younger one (or none) means it ended */
