@@ -125,8 +125,7 @@ static json_t *details(const struct m40_status *st)
 static uint64_t model_bytes(const char *file)
 {
         const size_t len = strlen(file), ext = strlen(M40_STORE_EXT);
-        char name[M40_STORE_NAME_MAX + 1], dir[PATH_MAX], path[PATH_MAX];
-        const char *dirs[2] = {NULL, M40_ROOT_STORE};
+        char name[M40_STORE_NAME_MAX + 1], path[PATH_MAX];
         struct stat sb;
 
         if (len <= ext || len - ext > M40_STORE_NAME_MAX ||
@@ -136,12 +135,11 @@ static uint64_t model_bytes(const char *file)
         name[len - ext] = '\0';
         if (m40_store_name_check(name, NULL))
                 return 0;
-        if (!m40_store_dir(dir, sizeof(dir)))
-                dirs[0] = dir;
-        for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++)
-                if (dirs[i] && !m40_paths_put(path, sizeof(path), dirs[i], "/", file) &&
-                    !stat(path, &sb) && S_ISREG(sb.st_mode))
-                        return (uint64_t)sb.st_size;
+        if (!m40_store_model(name, path, sizeof(path)) && !stat(path, &sb) && S_ISREG(sb.st_mode))
+                return (uint64_t)sb.st_size;
+        if (!m40_paths_put(path, sizeof(path), M40_ROOT_STORE, "/", file) && !stat(path, &sb) &&
+            S_ISREG(sb.st_mode))
+                return (uint64_t)sb.st_size;
         return 0;
 }
 
