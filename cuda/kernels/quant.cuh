@@ -584,8 +584,8 @@ template <> struct qt<M40_GGML_Q8_0> : q_deq8<qt<M40_GGML_Q8_0>> {
  * 5.6, in more registers). (One lane per whole block, 16-byte loads, was measured slower on an
  * H100, 0.39 of copy bandwidth against 0.52: its lanes' activation reads are 128 bytes
  * apart, and the L1 then serves a line per lane.) The batched kernel of mmr.cuh, whose
- * lanes are rows and whose activations are shared-memory broadcasts, takes W = 4: a
- * piece is a whole block. */
+ * 8 lanes along k read 8 adjacent blocks of a row (128 bytes) and whose activations are
+ * in padded shared memory, takes W = 4: a piece is a whole block. */
 template <int BBYTES, int QH, int OFF, bool HASMIN, int W = 1>
 struct qt_q32 : q_deq8<qt_q32<BBYTES, QH, OFF, HASMIN, W>> {
         static_assert(W == 1 || W == 2 || W == 4, "pieces of one, two or four words");
