@@ -1,4 +1,4 @@
-/* cuda/kernels/mmr.cuh - the batched weight product for decode steps of 5 to MR_MAX_NB
+/* cuda/kernels/mmr.cuh - the batched weight product for decode steps of 5 to MR_MAX_NB (32)
  * sequences with a warp's lanes along k: each lane dequantizes a few rows' weights of its
  * own stretch of k in registers and multiplies them by the step's activation columns,
  * which the block stages in shared memory (the kernel behind matvec.h's m40_cuda_mmq()
@@ -422,23 +422,23 @@ static inline bool mr_fits(const struct mq_args *a, bool *vec)
         return !(((uintptr_t)a->x | (uintptr_t)a->ldx * 4) & 15);
 }
 
-/* Columns up to which m40_cuda_mmq() takes k_mmr (8-column tiles; 16-column tiles above
- * 8: measured slower on the 8B than mmq.cuh's tiles at 16; 0: never; knob for A/B
- * builds). */
+/* Columns up to which m40_cuda_mmq() takes k_mmr (knob for A/B builds; 0: never). Above
+ * 8 its 8-column tiles of a row tile run side by side (mq_geom_of()), so the second
+ * reads the weights from L2: to 32 columns faster than mmq.cuh's tiles, and than
+ * 16-column tiles of k_mmr; at 64 faster on the 1B, slower on the 8B (RESULTS.md). */
 #ifndef MR_MAX_NB
-#define MR_MAX_NB 8
+#define MR_MAX_NB 32
 #endif
 
-/* launch_mm - the batched product for a's batch: k_mmr up to MR_MAX_NB columns where the
- * activations' alignment allows it, mmq.cuh's tiles above. */
+/* launch_mm - the batched product for a's batch: k_mmr (8-column tiles) up to MR_MAX_NB
+ * columns where the activations' alignment allows it, mmq.cuh's tiles above. */
 template <int T>
 static int launch_mm(const struct mq_args *a, int sms, size_t part_bytes, cudaStream_t stream)
 {
         bool vec;
 
         if (a->nb <= MR_MAX_NB && mr_fits(a, &vec))
-                return a->nb <= 8 ? launch_mr_v<T, 8>(a, vec, sms, part_bytes, stream)
-                                  : launch_mr_v<T, 16>(a, vec, sms, part_bytes, stream);
+                return launch_mr_v<T, 8>(a, vec, sms, part_bytes, stream);
         return launch_mq<T>(a, sms, part_bytes, stream);
 }
 
