@@ -33,7 +33,7 @@ struct m40d_config {
         /* [server] */
         char socket[108];
         char group[64]; /* "" : only root and the daemon's user */
-        /* whether the ini set socket / group (else m40d picks: m40/paths.h, main.c) */
+        /* whether the ini set socket / group (else m40d picks: m40/paths.h, listen.c) */
         bool socket_set, group_set;
         uint32_t max_clients;
         uint32_t max_requests_per_client;

@@ -1,14 +1,12 @@
 /* main.c - m40d: command line, configuration, model loading, the main loop and the
- * service lifecycle (sd_notify READY/STATUS/WATCHDOG/STOPPING, socket activation, SIGTERM
- * drain). The only place in the daemon that decides what to log. */
+ * service lifecycle (sd_notify READY/STATUS/WATCHDOG/STOPPING, SIGTERM drain); the
+ * listening socket is listen.c's. With listen.c, the only place in the daemon that decides
+ * what to log. */
 #include <errno.h>
-#include <fcntl.h>
 #include <getopt.h>
 #include <grp.h>
 #include <signal.h>
 #include <stdio.h>
-#include <sys/resource.h>
-#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 #include <systemd/sd-daemon.h>
@@ -25,6 +23,7 @@
 #include "m40/error.h"
 #include "m40/paths.h"
 #include "m40d/config.h"
+#include "m40d/listen.h"
 #include "m40d/log.h"
 #include "m40d/sched.h"
 #include "m40d/server.h"
@@ -346,83 +345,6 @@ static void log_kv(const struct daemon *d)
                  st.n_ctx, (unsigned long long)st.max_seqs * st.n_ctx);
 }
 
-static int open_socket(struct daemon *d, int *ret_fd)
-{
-        int n = sd_listen_fds(1), r;
-
-        if (n > 1)
-                return m40d_log_errno(-EINVAL, "socket activation passed %d sockets, want 1", n);
-        if (n == 1) {
-                if (sd_is_socket_unix(SD_LISTEN_FDS_START, SOCK_STREAM, 1, NULL, 0) <= 0)
-                        return m40d_log_errno(-EINVAL, "the activated socket is not a "
-                                                       "listening Unix stream socket");
-                /* the loop accepts until EAGAIN: the passed socket must not block */
-                r = fcntl(SD_LISTEN_FDS_START, F_GETFL);
-                if (r < 0 || fcntl(SD_LISTEN_FDS_START, F_SETFL, r | O_NONBLOCK) < 0)
-                        return m40d_log_errno(-errno, "cannot make the activated socket "
-                                                      "non-blocking");
-                m40d_log(LOG_INFO, "listening on the socket systemd passed");
-                *ret_fd = SD_LISTEN_FDS_START;
-                return 0;
-        }
-        r = m40_ipc_listen(d->cfg.socket, d->gid, ret_fd, &d->sock_id);
-        if (r == -EADDRINUSE && d->sock_id.pid)
-                return m40d_log_errno(r, "%s: m40d is already running (pid %d)", d->cfg.socket,
-                                      (int)d->sock_id.pid);
-        if (r == -EADDRINUSE)
-                return m40d_log_errno(r, "%s: m40d is already running", d->cfg.socket);
-        if (r == -ENOTSOCK)
-                return m40d_log_errno(r, "%s exists and is not a socket: not replacing it",
-                                      d->cfg.socket);
-        if (r)
-                return m40d_log_errno(r, "cannot listen on %s", d->cfg.socket);
-        d->own_socket = true;
-        m40d_log(LOG_INFO, "listening on %s", d->cfg.socket);
-        return 0;
-}
-
-/* fit_fd_limit - raises the soft RLIMIT_NOFILE to what max_clients connected clients take
- * (up to the hard limit); when the hard limit is lower, serves fewer clients and says so.
- * Returns 0, or -EMFILE when not even one client fits. */
-static int fit_fd_limit(struct daemon *d)
-{
-        const rlim_t want = M40D_FDS_BASE + (rlim_t)M40D_FDS_PER_CLIENT * d->cfg.max_clients;
-        struct rlimit rl;
-        rlim_t fit;
-
-        if (getrlimit(RLIMIT_NOFILE, &rl))
-                return m40d_log_errno(-errno, "cannot read RLIMIT_NOFILE");
-        if (rl.rlim_cur >= want)
-                return 0;
-        fit = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= want ? want : rl.rlim_max;
-        if (fit > rl.rlim_cur) {
-                struct rlimit nl = {.rlim_cur = fit, .rlim_max = rl.rlim_max};
-
-                if (setrlimit(RLIMIT_NOFILE, &nl))
-                        m40d_log(LOG_WARNING,
-                                 "cannot raise the open file limit from %llu to %llu: %s",
-                                 (unsigned long long)rl.rlim_cur, (unsigned long long)fit,
-                                 strerror(errno));
-                else
-                        rl.rlim_cur = fit;
-        }
-        if (rl.rlim_cur >= want)
-                return 0;
-        if (rl.rlim_cur < M40D_FDS_BASE + M40D_FDS_PER_CLIENT)
-                return m40d_log_errno(-EMFILE,
-                                      "the open file limit of %llu leaves no room for a client "
-                                      "(raise LimitNOFILE= in m40d.service)",
-                                      (unsigned long long)rl.rlim_cur);
-        fit = (rl.rlim_cur - M40D_FDS_BASE) / M40D_FDS_PER_CLIENT;
-        m40d_log(LOG_WARNING,
-                 "[server] max_clients = %u needs %llu open files, the limit is %llu (hard %llu): "
-                 "serving at most %llu clients (raise LimitNOFILE= in m40d.service)",
-                 d->cfg.max_clients, (unsigned long long)want, (unsigned long long)rl.rlim_cur,
-                 (unsigned long long)rl.rlim_max, (unsigned long long)fit);
-        d->cfg.max_clients = (uint32_t)fit;
-        return 0;
-}
-
 static void notify_status(struct daemon *d, const char *prefix)
 {
         struct m40_proto_status st = d->model;
@@ -601,50 +523,6 @@ static int set_model(struct m40d_config *c, const char *arg)
         return 0;
 }
 
-/* pick_socket - with no socket from systemd: for root, /run/m40d made when the default
- * socket is used and it is missing; for any other user, no group
- * unless the configuration names one, and, unless it names a socket,
- * $XDG_RUNTIME_DIR/m40d/m40d.sock in a directory of mode 0700 that this user owns.
- * check (--check-config): nothing is made, and a missing $XDG_RUNTIME_DIR is no error
- * (a service's ExecStartPre= check runs as its user, without the socket systemd passes
- * to the daemon itself). */
-static int pick_socket(struct m40d_config *c, bool check)
-{
-        char dir[sizeof(c->socket)];
-        struct stat st;
-        int r;
-
-        if (sd_listen_fds(0) > 0)
-                return 0;
-        if (geteuid() == 0) { /* the service's socket; its directory when systemd made none */
-                if (!check && !c->socket_set && mkdir("/run/m40d", 0755) && errno != EEXIST)
-                        return m40d_log_errno(-errno, "cannot make /run/m40d");
-                return 0;
-        }
-        if (!c->group_set)
-                c->group[0] = 0;
-        if (c->socket_set)
-                return 0;
-        r = m40_user_socket_dir(dir, sizeof(dir));
-        r = r ? r : m40_user_socket(c->socket, sizeof(c->socket));
-        if (check && (r == -ENOENT || !r))
-                return 0;
-        if (r == -ENOENT)
-                return m40d_log_errno(r, "not root and $XDG_RUNTIME_DIR is not set: name a "
-                                         "socket ([server] socket in m40d.ini, -c FILE)");
-        if (r)
-                return m40d_log_errno(r, "$XDG_RUNTIME_DIR is too long for a socket path");
-        if (mkdir(dir, 0700) && errno != EEXIST)
-                return m40d_log_errno(-errno, "cannot make %s", dir);
-        if (lstat(dir, &st))
-                return m40d_log_errno(-errno, "%s", dir);
-        if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid())
-                return m40d_log_errno(-EPERM, "%s is not a directory of this user", dir);
-        if ((st.st_mode & 077) && chmod(dir, 0700))
-                return m40d_log_errno(-errno, "cannot make %s private (mode 0700)", dir);
-        return 0;
-}
-
 int main(int argc, char **argv)
 {
         enum { O_CHECK = 256, O_VERSION };
@@ -711,7 +589,7 @@ int main(int argc, char **argv)
         }
         m40d_log_set_level(d.cfg.log_level);
         r = model ? set_model(&d.cfg, model) : 0;
-        r = r ? r : pick_socket(&d.cfg, check);
+        r = r ? r : m40d_listen_pick(&d.cfg, check);
         if (r)
                 return 1;
         r = check_config(&d);
@@ -731,10 +609,10 @@ int main(int argc, char **argv)
                 r = m40_sched_new(&d.cfg, d.e, d.v, &d.tmpl, &d.s);
         if (!r) {
                 log_kv(&d);
-                r = fit_fd_limit(&d);
+                r = m40d_listen_fit_fds(&d.cfg);
         }
         if (!r)
-                r = open_socket(&d, &lfd);
+                r = m40d_listen_open(&d.cfg, d.gid, &lfd, &d.sock_id, &d.own_socket);
         if (!r) {
                 r = m40d_server_new(lfd, d.gid, d.cfg.max_clients, d.s, &d.model, &d.srv);
                 if (r) {
