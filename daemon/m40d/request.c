@@ -79,6 +79,18 @@ void req_error(struct req *r, int err, const char *why)
         e->n_prompt = r->p.n_prompt;
 }
 
+void done_event(struct req *r, uint32_t finish, uint32_t n_gen)
+{
+        struct m40_proto_ev *e = req_event(r, M40_PROTO_EV_DONE);
+
+        r->state = REQ_DONE;
+        if (e) {
+                e->finish = finish;
+                e->n_prompt = r->p.n_prompt;
+                e->n_generated = n_gen;
+        }
+}
+
 struct req *req_free(struct req *r)
 {
         if (!r)

@@ -1,25 +1,16 @@
 /* sched.c - the scheduler (see sched.h): clients and their requests, fair admission
  * within the engine's KV reservation and per-client caps, engine steps, turning engine
  * events into text, delivery into rings, holding and resuming the sequences of clients
- * that do not read, and the hold timeout. */
+ * that do not read, and the hold timeout. Reading submissions is intake.c's. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "m40/error.h"
 #include "m40d/log.h"
 #include "m40d/sched_impl.h"
 #include "text/vocab.h"
-
-static uint64_t now_ns(void)
-{
-        struct timespec ts;
-
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 int m40_sched_new(const struct m40d_config *cfg, struct m40_engine *e, const struct m40_vocab *v,
                   const struct m40_chat_template *tmpl, struct m40_sched **ret)
@@ -160,18 +151,6 @@ int m40_sched_client_broken(const struct m40_sched_client *c)
         return c->broken;
 }
 
-static void append_req(struct m40_sched_client *c, struct req *r)
-{
-        r->cl = c;
-        r->next = NULL;
-        if (c->last)
-                c->last->next = r;
-        else
-                c->reqs = r;
-        c->last = r;
-        c->n_reqs++;
-}
-
 static void unlink_req(struct m40_sched_client *c, struct req *r, struct req *prev)
 {
         if (prev)
@@ -181,139 +160,6 @@ static void unlink_req(struct m40_sched_client *c, struct req *r, struct req *pr
         if (c->last == r)
                 c->last = prev;
         c->n_reqs--;
-}
-
-static void done_event(struct req *r, uint32_t finish, uint32_t n_gen)
-{
-        struct m40_proto_ev *e = req_event(r, M40_PROTO_EV_DONE);
-
-        r->state = REQ_DONE;
-        if (e) {
-                e->finish = finish;
-                e->n_prompt = r->p.n_prompt;
-                e->n_generated = n_gen;
-        }
-}
-
-static void cancel_req(struct m40_sched *s, struct m40_sched_client *c, uint64_t id)
-{
-        for (struct req *r = c->reqs; r; r = r->next) {
-                if (r->id != id)
-                        continue;
-                if (r->state == REQ_QUEUED) {
-                        c->n_queued--;
-                        s->n_queued--;
-                        done_event(r, M40_PROTO_FINISH_CANCEL, 0);
-                } else if (r->state == REQ_ACTIVE) {
-                        m40_engine_cancel(s->e, r->seq); /* DONE follows from its event */
-                }
-                return;
-        }
-}
-
-/* A rejected submission still gets a request record, to carry its ERROR event. */
-static void reject(struct m40_sched_client *c, uint64_t id, int err, const char *why)
-{
-        struct req *r = calloc(1, sizeof(*r));
-
-        if (!r)
-                return;
-        r->id = id;
-        append_req(c, r);
-        req_error(r, err, why);
-}
-
-/* read_one - takes c's next submission (there is one: the caller looked). */
-static void read_one(struct m40_sched *s, struct m40_sched_client *c)
-{
-        struct m40_proto_sub sub;
-        struct req *r;
-        char why[M40_PROTO_TEXT_MAX + 1];
-        int k = m40_ipc_region_pop(&c->region, &sub, s->payload);
-
-        if (k <= 0) {
-                c->broken = k;
-                return;
-        }
-        if (sub.op == M40_PROTO_OP_CANCEL) {
-                cancel_req(s, c, sub.req);
-                return;
-        }
-        if (sub.op != M40_PROTO_OP_SUBMIT) {
-                c->broken = M40_EPROTO;
-                return;
-        }
-        if (c->n_reqs >= s->cfg.max_requests_per_client) {
-                if (c->n_reqs >= 2 * s->cfg.max_requests_per_client) {
-                        c->broken = M40_EPROTO; /* it ignores the errors it got */
-                        return;
-                }
-                snprintf(why, sizeof(why), "too many requests (limit %u per client)",
-                         s->cfg.max_requests_per_client);
-                reject(c, sub.req, M40_ELIMIT, why);
-                return;
-        }
-        if (s->draining) {
-                reject(c, sub.req, M40_ESHUTDOWN, "the daemon is shutting down");
-                return;
-        }
-        k = req_from_sub(s, &sub, s->payload, &r, why, sizeof(why));
-        if (k) {
-                reject(c, sub.req, k, why);
-                return;
-        }
-        s->requests++;
-        append_req(c, r);
-        r->state = REQ_QUEUED;
-        c->n_queued++;
-        s->n_queued++;
-}
-
-static uint32_t decoding(const struct m40_sched *s);
-
-/* parse_paused - while sequences run, parsing takes at most half of the main loop's time:
- * a round that parsed for T is followed by T without parsing (read_clients). */
-static bool parse_paused(const struct m40_sched *s, uint64_t t)
-{
-        return decoding(s) > 0 && t < s->parse_resume_ns;
-}
-
-/* read_clients - turns submissions into requests for up to parse_budget_ms (at least
- * one), one at a time from the client with submissions waiting that has been charged the
- * least parsing time (start-time fair queueing: a cheap request is not kept behind another
- * client's flood of long prompts). The rest wait for the next round, so that connections,
- * STATUS and the watchdog are served in between. Runs between engine steps only (parsing
- * beside a step took the CPU from a CPU engine's step), and not while parse_paused(). */
-static void read_clients(struct m40_sched *s)
-{
-        const uint64_t budget = (uint64_t)s->cfg.parse_budget_ms * 1000000u;
-        uint64_t t0 = now_ns(), t;
-
-        if (parse_paused(s, t0))
-                return;
-        for (;;) {
-                struct m40_sched_client *best = NULL;
-
-                for (struct m40_sched_client *c = s->clients; c; c = c->next) {
-                        if (c->broken || !m40_ipc_region_pending(&c->region))
-                                continue;
-                        if (c->vtime < s->vclock)
-                                c->vtime = s->vclock; /* no credit banked while idle */
-                        if (!best || c->vtime < best->vtime)
-                                best = c;
-                }
-                if (!best)
-                        break;
-                s->vclock = best->vtime;
-                t = now_ns();
-                read_one(s, best);
-                /* + 1 us: clients of cheap submissions still take turns */
-                best->vtime += now_ns() - t + 1000u;
-                if (now_ns() - t0 >= budget)
-                        break;
-        }
-        t = now_ns();
-        s->parse_resume_ns = t + (t - t0);
 }
 
 /* client_pages - the KV pages c's sequences hold in the engine (the engine's figures: a
@@ -328,12 +174,6 @@ static uint32_t client_pages(const struct m40_sched *s, const struct m40_sched_c
                 n += k > 0 ? (uint32_t)k : 0;
         }
         return n;
-}
-
-/* decoding - active sequences that are not held: those that take part in steps. */
-static uint32_t decoding(const struct m40_sched *s)
-{
-        return s->n_active - s->n_held;
 }
 
 static struct req *first_queued(struct m40_sched_client *c)
@@ -662,15 +502,6 @@ int m40_sched_fd(struct m40_sched *s)
         return m40_engine_fd(s->e);
 }
 
-int m40_sched_next_ms(const struct m40_sched *s)
-{
-        const uint64_t t = now_ns();
-
-        if (!parse_paused(s, t))
-                return -1;
-        return (int)((s->parse_resume_ns - t + 999999u) / 1000000u);
-}
-
 /* has_backlog - whether c has events that did not fit its ring. */
 static bool has_backlog(const struct m40_sched_client *c)
 {
@@ -705,20 +536,6 @@ bool m40_sched_sleep(struct m40_sched *s, bool sleeping)
                                    (c->ev_waiting && m40_ipc_region_space(&c->region) != 0);
         }
         return pending;
-}
-
-void m40_sched_drain(struct m40_sched *s)
-{
-        s->draining = true;
-        for (struct m40_sched_client *c = s->clients; c; c = c->next) {
-                for (struct req *r = c->reqs; r; r = r->next) {
-                        if (r->state != REQ_QUEUED)
-                                continue;
-                        c->n_queued--;
-                        s->n_queued--;
-                        req_error(r, M40_ESHUTDOWN, "the daemon is shutting down");
-                }
-        }
 }
 
 void m40_sched_cancel_all(struct m40_sched *s, int err)

@@ -1,7 +1,10 @@
-/* sched_impl.h - the scheduler's internal types, shared by sched.c (clients, admission,
- * stepping, delivery) and request.c (turning a copied submission into a request). */
+/* sched_impl.h - the scheduler's internal types and helpers, shared by sched.c (clients,
+ * admission, stepping, delivery), intake.c (reading submissions between steps) and
+ * request.c (turning a copied submission into a request, a request's events). */
 #ifndef M40D_SCHED_IMPL_H
 #define M40D_SCHED_IMPL_H
+
+#include <time.h>
 
 #include "m40d/sched.h"
 #include "text/detok.h"
@@ -78,6 +81,32 @@ struct m40_sched {
         size_t max_piece; /* request.c: most text bytes one token stands for; 0: not known yet */
 };
 
+/* now_ns - CLOCK_MONOTONIC in ns, the scheduler's clock. */
+static inline uint64_t now_ns(void)
+{
+        struct timespec ts;
+
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* decoding - active sequences that are not held: those that take part in steps. */
+static inline uint32_t decoding(const struct m40_sched *s)
+{
+        return s->n_active - s->n_held;
+}
+
+/* read_clients (intake.c) - turns submissions into requests for up to parse_budget_ms (at least
+ * one), one at a time from the client with submissions waiting that has been charged the
+ * least parsing time (start-time fair queueing: a cheap request is not kept behind another
+ * client's flood of long prompts). The rest wait for the next round, so that connections,
+ * STATUS and the watchdog are served in between. Runs between engine steps only (parsing
+ * beside a step took the CPU from a CPU engine's step), and not while parse_paused(). */
+void read_clients(struct m40_sched *s);
+/* parse_paused (intake.c) - while sequences run, parsing takes at most half of the main loop's
+ * time: a round that parsed for T is followed by T without parsing (read_clients). */
+bool parse_paused(const struct m40_sched *s, uint64_t t);
+
 /* req_from_sub - builds a request from submission sub and its payload (both private
  * copies). Returns 0 and a QUEUED request in *ret, or a negative code with a message for
  * the client's ERROR event in why. */
@@ -93,5 +122,8 @@ struct m40_proto_ev *req_event(struct req *r, uint32_t type);
 int req_text(struct req *r, const char *text, size_t len, int32_t token, uint64_t t_ns);
 /* req_error - appends the final ERROR event (err, message why) and marks r DONE. */
 void req_error(struct req *r, int err, const char *why);
+/* done_event - appends the final DONE event (finish reason, n_gen generated tokens) and
+ * marks r DONE; without memory for it, the client sees its request end with the socket. */
+void done_event(struct req *r, uint32_t finish, uint32_t n_gen);
 
 #endif
