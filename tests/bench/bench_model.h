@@ -24,13 +24,14 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "bench_list.h"
 #include "json_out.h" /* bench_json_string(), which the reports use */
 
-#define BENCH_MODEL_MAX_BATCHES 8
-#define BENCH_MODEL_MAX_BATCH   256  /* the most sequences of one batch */
-#define BENCH_MODEL_MAX_TOKENS  4096 /* generated tokens per sequence */
-#define BENCH_MODEL_MAX_CTX     8192 /* the longest context the benchmark asks for */
-#define BENCH_MODEL_MAX_PREFILL 8000 /* prompt of the prefill test (within MAX_CTX) */
+#define BENCH_MODEL_MAX_BATCHES BENCH_LIST_MAX /* entries of --batches */
+#define BENCH_MODEL_MAX_BATCH   256            /* the most sequences of one batch */
+#define BENCH_MODEL_MAX_TOKENS  4096           /* generated tokens per sequence */
+#define BENCH_MODEL_MAX_CTX     8192           /* the longest context the benchmark asks for */
+#define BENCH_MODEL_MAX_PREFILL 8000           /* prompt of the prefill test (within MAX_CTX) */
 
 struct bench_model_opts {
         const char *path;

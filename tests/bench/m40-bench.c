@@ -14,6 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bench_list.h"
 #include "bench_matvec.h"
 #include "bench_model.h"
 #include "cuda/runtime/device.h"
@@ -232,25 +233,6 @@ static int parse_int(const char *s, int min, int max, int *ret)
         return 0;
 }
 
-/* "1,8,32,64" -> o->batches; -EINVAL. */
-static int parse_batches(const char *s, struct bench_model_opts *o)
-{
-        char buf[256], *tok, *save = NULL;
-        int v;
-
-        if (strlen(s) >= sizeof(buf))
-                return -EINVAL;
-        strcpy(buf, s);
-        o->n_batches = 0;
-        for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-                if (o->n_batches == BENCH_MODEL_MAX_BATCHES ||
-                    parse_int(tok, 1, BENCH_MODEL_MAX_BATCH, &v) < 0)
-                        return -EINVAL;
-                o->batches[o->n_batches++] = (uint32_t)v;
-        }
-        return o->n_batches ? 0 : -EINVAL;
-}
-
 enum {
         O_BATCHES = 256,
         O_TOKENS,
@@ -267,15 +249,16 @@ enum {
 /* The model options; 0, or -EINVAL after printing why. */
 static int parse_model_opt(int c, const char *arg, struct bench_model_opts *m)
 {
+        char why[64];
         int v = 0;
 
         switch (c) {
         case O_BATCHES:
-                if (parse_batches(arg, m) == 0)
+                if (bench_list_parse(arg, 1, BENCH_MODEL_MAX_BATCH, BENCH_MODEL_MAX_BATCHES,
+                                     m->batches, &m->n_batches, why, sizeof(why)) == 0)
                         return 0;
-                fprintf(stderr,
-                        "m40-bench: --batches: not a list of up to %d batches in 1..%d: %s\n",
-                        BENCH_MODEL_MAX_BATCHES, BENCH_MODEL_MAX_BATCH, arg);
+                fprintf(stderr, "m40-bench: --batches %s: %s (at most %d batches, each 1..%d)\n",
+                        arg, why, BENCH_MODEL_MAX_BATCHES, BENCH_MODEL_MAX_BATCH);
                 return -EINVAL;
         case O_TOKENS:
                 if (parse_int(arg, 2, BENCH_MODEL_MAX_TOKENS, &v) == 0) {

@@ -190,37 +190,6 @@ static void help(void)
                SERVE_MAX_TOKENS);
 }
 
-static int parse_u32(const char *s, uint32_t min, uint32_t max, uint32_t *ret)
-{
-        unsigned long v;
-        char *end;
-
-        if (*s < '0' || *s > '9')
-                return -EINVAL;
-        errno = 0;
-        v = strtoul(s, &end, 10);
-        if (errno != 0 || *end != '\0' || v < min || v > max)
-                return -EINVAL;
-        *ret = (uint32_t)v;
-        return 0;
-}
-
-/* "1,8,16" -> o->clients; -EINVAL. */
-static int parse_list(const char *s, struct options *o)
-{
-        char buf[256], *tok, *save = NULL;
-
-        if (strlen(s) >= sizeof(buf))
-                return -EINVAL;
-        strcpy(buf, s);
-        o->n_clients = 0;
-        for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
-                if (o->n_clients == SERVE_MAX_RUNS ||
-                    parse_u32(tok, 1, SERVE_MAX_CLIENTS, &o->clients[o->n_clients++]) < 0)
-                        return -EINVAL;
-        return o->n_clients ? 0 : -EINVAL;
-}
-
 enum {
         O_M40D = 256,
         O_CONFIG,
@@ -279,7 +248,7 @@ static int parse_num(int c, const char *arg, struct options *o, int *ret)
 
                 if (nums[i].c != c)
                         continue;
-                *ret = parse_u32(arg, nums[i].min, nums[i].max, dst);
+                *ret = bench_count_parse(arg, nums[i].min, nums[i].max, dst);
                 if (*ret)
                         fprintf(stderr, "m40-serve-bench: %s: not a number in %u..%u: %s\n",
                                 nums[i].name, nums[i].min, nums[i].max, arg);
@@ -291,6 +260,7 @@ static int parse_num(int c, const char *arg, struct options *o, int *ret)
 /* The options without a number; 0 or -EINVAL after printing why. */
 static int parse_other(int c, const char *arg, struct options *o)
 {
+        char why[64];
         uint32_t v;
 
         switch (c) {
@@ -298,12 +268,13 @@ static int parse_other(int c, const char *arg, struct options *o)
                 o->model = arg;
                 return 0;
         case 'c':
-                if (parse_list(arg, o) == 0)
+                if (bench_list_parse(arg, 1, SERVE_MAX_CLIENTS, SERVE_MAX_RUNS, o->clients,
+                                     &o->n_clients, why, sizeof(why)) == 0)
                         return 0;
                 fprintf(stderr,
-                        "m40-serve-bench: --clients: not a list of up to %d counts in 1..%d: "
-                        "%s\n",
-                        SERVE_MAX_RUNS, SERVE_MAX_CLIENTS, arg);
+                        "m40-serve-bench: --clients %s: %s (at most %d runs, each of 1..%d "
+                        "clients)\n",
+                        arg, why, SERVE_MAX_RUNS, SERVE_MAX_CLIENTS);
                 return -EINVAL;
         case 'e':
                 if (strcmp(arg, "auto") && strcmp(arg, "cpu") && strcmp(arg, "cuda")) {
@@ -314,7 +285,7 @@ static int parse_other(int c, const char *arg, struct options *o)
                 o->engine = arg;
                 return 0;
         case O_THREADS:
-                if (parse_u32(arg, 0, 1024, &v) < 0) {
+                if (bench_count_parse(arg, 0, 1024, &v) < 0) {
                         fprintf(stderr, "m40-serve-bench: --threads: not a number in 0..1024: %s\n",
                                 arg);
                         return -EINVAL;

@@ -22,10 +22,12 @@
 #include <stdio.h>
 #include <sys/types.h>
 
-#define SERVE_MAX_RUNS    8     /* entries of --clients */
-#define SERVE_MAX_CLIENTS 256   /* clients of one run, streams, arrivals */
-#define SERVE_MAX_PROMPT  8192  /* prompt tokens */
-#define SERVE_MAX_TOKENS  16384 /* generated tokens per request */
+#include "bench_list.h"
+
+#define SERVE_MAX_RUNS    BENCH_LIST_MAX /* entries of --clients (m40-bench --batches) */
+#define SERVE_MAX_CLIENTS 256            /* clients of one run, streams, arrivals */
+#define SERVE_MAX_PROMPT  8192           /* prompt tokens */
+#define SERVE_MAX_TOKENS  16384          /* generated tokens per request */
 
 /* The daemon, as serve_daemon_start() left it. */
 struct serve_daemon {

@@ -2,7 +2,8 @@
 # test_serve_bench.sh - m40-serve-bench (issue 19's serving benchmark) on the CPU engine: a
 # clients sweep of 1, 2 and 4 clients with short prompts and generations against the real
 # m40d it starts, whose JSON must hold sane figures (every request finished with all its
-# tokens, no error, tok/s and latencies > 0); a short mixed load; the usage errors (exit 2).
+# tokens, no error, tok/s and latencies > 0); a short mixed load; the usage errors (exit 2),
+# the --clients list's limit of 16 entries among them.
 #
 # Usage: test_serve_bench.sh M40-SERVE-BENCH M40D MODEL    (exit 77 without the model)
 set -euo pipefail
@@ -14,6 +15,14 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 
 rc=0; "$bench" --model "$model" --clients 0 2>/dev/null || rc=$?
 [ "$rc" = 2 ] || fail "--clients 0: exit $rc, want 2"
+# --clients takes up to 16 runs (m40-bench --batches, which it is handed to, as many)
+list16=1,2,4,5,8,9,12,16,24,32,48,64,96,128,192,256
+rc=0; err=$("$bench" --model "$model" --clients "$list16,3" 2>&1) || rc=$?
+{ [ "$rc" = 2 ] && [[ $err == *"more than 16 entries"* ]]; } ||
+        fail "--clients with 17 entries: exit $rc ($err), want 2"
+rc=0; err=$("$bench" --model "$dir/none.gguf" --clients "$list16" 2>&1) || rc=$?
+{ [ "$rc" = 1 ] && [[ $err == *"none.gguf"* ]]; } ||
+        fail "--clients with 16 entries: exit $rc ($err), want 1 for the missing model"
 rc=0; "$bench" --model "$model" --tokens 99999 2>/dev/null || rc=$?
 [ "$rc" = 2 ] || fail "--tokens 99999: exit $rc, want 2"
 rc=0; "$bench" 2>/dev/null || rc=$?
