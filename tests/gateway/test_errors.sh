@@ -25,6 +25,7 @@ esac
 command -v curl >/dev/null || { echo "SKIP: no curl"; exit 77; }
 dir=$(mktemp -d /tmp/m40-gwerr.XXXXXX)
 pids=()
+# shellcheck disable=SC2317 # reached through the EXIT trap
 cleanup() {
         for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
         wait 2>/dev/null
@@ -162,22 +163,23 @@ echo "ok   /api/tags size: $model_bytes bytes from the store, $want when the sto
 # metric NAME - its value in a /metrics answer ($dir/metrics); nothing when it has no
 # value, no HELP line or no TYPE gauge line
 metric() {
-        grep -q "^# HELP $1 ." "$dir/metrics" && grep -q "^# TYPE $1 gauge$" "$dir/metrics" &&
-                sed -n "s/^$1 \([0-9][0-9.e+]*\)$/\1/p" "$dir/metrics" || true
+        if grep -q "^# HELP $1 ." "$dir/metrics" && grep -q "^# TYPE $1 gauge$" "$dir/metrics"; then
+                sed -n "s/^$1 \([0-9][0-9.e+]*\)$/\1/p" "$dir/metrics"
+        fi
 }
 
 # a long stream holds the one max_requests slot: the next request gets 429; then its client
 # hangs up and m40d frees the sequence at once
 curl -sN "${auth[@]}" "$main/v1/chat/completions" -d "$(chat ',"max_tokens":4000,"ignore_eos":true,"stream":true')" \
         > "$dir/stream" & curl_pid=$!
-pids+=($curl_pid)
+pids+=("$curl_pid")
 for _ in $(seq 600); do [ -s "$dir/stream" ] && break; sleep 0.05; done
 sleep 0.5
 [ "$("$m40ctl" status --socket "$sock" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["active"])')" = 1 ] ||
         fail "the stream is not running in m40d"
 curl -s "${auth[@]}" "$main/metrics" > "$dir/metrics"
 active=$(metric m40_active_sequences) held=$(metric m40_held_sequences)
-[ "$active" = 1 ] && [ -n "$held" ] && [ "$held" -le "$active" ] ||
+{ [ "$active" = 1 ] && [ -n "$held" ] && [ "$held" -le "$active" ]; } ||
         fail "/metrics during one stream: m40_active_sequences '$active', m40_held_sequences '$held' (empty: no value or no HELP/TYPE gauge lines)"
 expect 429 openai POST /v1/chat/completions "$(chat '')"
 expect 429 ollama POST /api/chat "{\"model\":\"$model_id\",\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}"
@@ -204,7 +206,7 @@ fi
 # nothing runs now: no sequence active or held, in /metrics as in m40ctl status
 curl -s "${auth[@]}" "$main/metrics" > "$dir/metrics"
 active=$(metric m40_active_sequences) held=$(metric m40_held_sequences)
-[ "$active" = 0 ] && [ "$held" = 0 ] ||
+{ [ "$active" = 0 ] && [ "$held" = 0 ]; } ||
         fail "/metrics after the stream: m40_active_sequences '$active', m40_held_sequences '$held' (empty: no value or no HELP/TYPE gauge lines)"
 echo "ok   /metrics: m40_held_sequences $held of m40_active_sequences $active"
 
