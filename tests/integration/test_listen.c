@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,13 +24,13 @@
 #define RACE_ROUNDS 400
 
 static char dir[64], sock[128], victim[128], link_tmp[128];
-static volatile int stop;
+static atomic_int stop; /* main tells swapper() to end */
 
 /* Swaps a symlink to the victim in at the socket path, over and over. */
 static void *swapper(void *arg)
 {
         (void)arg;
-        while (!stop) {
+        while (!atomic_load_explicit(&stop, memory_order_relaxed)) {
                 unlink(link_tmp);
                 if (!symlink(victim, link_tmp))
                         rename(link_tmp, sock);
@@ -84,7 +85,7 @@ int main(void)
                         close(fd);
                 }
         }
-        stop = 1;
+        atomic_store_explicit(&stop, 1, memory_order_relaxed);
         pthread_join(th, NULL);
         printf("race: %d of %d sockets made; the 0600 file is now %04o\n", made, RACE_ROUNDS,
                (unsigned)mode_of(victim));
