@@ -247,21 +247,16 @@ int m40_cuda_engine_new(struct m40_gguf *g, const struct m40_engine_limits *lim,
         struct m40_cuda_load_opts load = {0};
         struct m40_cuda_alloc_stats as;
         uint32_t n_pages = 0; /* 0 with kv_bytes 0: sized by the allocator */
-        const char *path;
         int r;
 
-        if (!g)
-                return -EINVAL;
-        path = m40_gguf_path(g);
-        e = calloc(1, sizeof(*e));
-        if (!e)
-                return -ENOMEM;
-        c = &e->core;
-        r = m40_core_open(c, &cuda_backend, g, lim, err, errlen);
-        r = r ? r : check_limits(c, path, err, errlen);
-        r = r ? r : m40_core_kv_pages(c, path, &n_pages, err, errlen);
+        r = m40_core_new(sizeof(*e), &cuda_backend, g, lim, &c, err, errlen);
         if (r)
-                goto out_free;
+                return r;
+        e = (struct cuda_engine *)c;
+        r = check_limits(c, c->path, err, errlen);
+        r = r ? r : m40_core_kv_pages(c, c->path, &n_pages, err, errlen);
+        if (r)
+                return m40_core_fail(c, r, err, errlen);
         load.progress = load_progress;
         load.note = load_note;
         load.user = &c->lim;
@@ -269,24 +264,18 @@ int m40_cuda_engine_new(struct m40_gguf *g, const struct m40_engine_limits *lim,
                              n_pages, c->lim.page_tokens, c->lim.vram_limit_mb,
                              sample_scratch_bytes(c), &load, &e->fwd, err, errlen);
         if (r)
-                goto out_free;
+                return m40_core_fail(c, r, err, errlen);
         m40_cuda_alloc_stats(m40_cuda_fwd_alloc(e->fwd), &as);
         r = m40_core_start(c, as.kv_pages);
         if (r)
-                goto out_err;
+                return m40_core_fail(c, r, err, errlen);
         r = sample_init(e);
         if (r) {
                 if (err)
-                        snprintf(err, errlen, "%s: sampler setup: %s", path,
+                        snprintf(err, errlen, "%s: sampler setup: %s", c->path,
                                  r == M40_ECUDA ? m40_cuda_last_error() : m40_strerror(r));
-                goto out_free;
+                return m40_core_fail(c, r, err, errlen);
         }
         *ret = &c->base;
         return 0;
-out_err:
-        if (err)
-                snprintf(err, errlen, "%s: %s", path, m40_strerror(r));
-out_free:
-        m40_core_destroy(c);
-        return r;
 }

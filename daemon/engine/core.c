@@ -231,9 +231,12 @@ static const struct m40_engine_ops core_ops = {
         .destroy = core_destroy,
 };
 
-void m40_core_destroy(struct m40_core *c)
+int m40_core_fail(struct m40_core *c, int r, char *err, size_t errlen)
 {
+        if (err && errlen && !err[0])
+                snprintf(err, errlen, "%s: %s", c->path, m40_strerror(r));
         core_destroy(&c->base);
+        return r;
 }
 
 /* fill_limits - resolve the defaults that every engine shares for model m. */
@@ -251,14 +254,16 @@ static void fill_limits(struct m40_engine_limits *lim, const struct m40_model *m
                 lim->act = act;
 }
 
-int m40_core_open(struct m40_core *c, const struct m40_core_backend *be, struct m40_gguf *g,
-                  const struct m40_engine_limits *lim, char *err, size_t errlen)
+/* core_open - m40_core_new() on the zeroed core c. */
+static int core_open(struct m40_core *c, const struct m40_core_backend *be, struct m40_gguf *g,
+                     const struct m40_engine_limits *lim, char *err, size_t errlen)
 {
         const char *path = m40_gguf_path(g);
         int r;
 
         c->base.ops = &core_ops;
         c->be = be;
+        c->path = path;
         if (lim)
                 c->lim = *lim;
         if (c->lim.act > M40_ACT_GGML) {
@@ -287,6 +292,29 @@ int m40_core_open(struct m40_core *c, const struct m40_core_backend *be, struct 
                 return r;
         }
         c->page_bytes = 2ull * 2 * c->m->n_layers * c->lim.page_tokens * c->m->kv_dim;
+        return 0;
+}
+
+int m40_core_new(size_t size, const struct m40_core_backend *be, struct m40_gguf *g,
+                 const struct m40_engine_limits *lim, struct m40_core **ret, char *err,
+                 size_t errlen)
+{
+        struct m40_core *c;
+        int r;
+
+        if (!g || size < sizeof(*c))
+                return -EINVAL;
+        if (err && errlen)
+                err[0] = 0;
+        c = calloc(1, size);
+        if (!c)
+                return -ENOMEM;
+        r = core_open(c, be, g, lim, err, errlen);
+        if (r) {
+                core_destroy(&c->base);
+                return r;
+        }
+        *ret = c;
         return 0;
 }
 

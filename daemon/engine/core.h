@@ -27,7 +27,7 @@
  * m40_engine_kv_need(), m40_engine_kv_pages()) instead of counting pages itself.
  *
  * Construction is in two phases, because the KV pool's size may depend on the backend
- * (the CUDA engine sizes it from the device's free memory): m40_core_open() loads the
+ * (the CUDA engine sizes it from the device's free memory): m40_core_new() loads the
  * model and resolves the limits, the backend builds its part and says how many pages it
  * got, m40_core_start() builds the pool, the slots and the step buffers. */
 #ifndef M40_ENGINE_CORE_H
@@ -72,6 +72,7 @@ struct m40_core_backend {
 struct m40_core {
         struct m40_engine base; /* the engine interface; its ops are the core's */
         const struct m40_core_backend *be;
+        const char *path; /* the model file's (m40_gguf_path), for messages */
         struct m40_model *m;
         struct m40_engine_limits lim;
         uint64_t page_bytes; /* one KV page: 2 (K, V) f16 of n_layers * page_tokens * kv_dim */
@@ -87,18 +88,21 @@ struct m40_core {
         struct m40_engine_stats st;
 };
 
-/* m40_core_open - phase 1 on c, the zeroed first member of the backend's engine struct
- * (from calloc: the core frees that struct): copy lim (NULL: all defaults), check its
- * activation mode against be (-EINVAL unknown, M40_EUNSUPPORTED not be's), load the model
- * from the parsed file g (borrowed: it must outlive the engine; the CPU engine reads the
- * weights in with lim->load_progress), resolve the common defaults (max_seqs 16, max_ctx min(train
- * ctx, 4096), page_tokens 16, max_batch_tokens 256, act be->act_default) and the end-of-generation
- * ids, and set c->page_bytes. The backend resolves the rest of the limits (kv_bytes,
- * n_threads) after it. Returns 0; -errno, M40_EFORMAT or M40_EUNSUPPORTED with a message
- * in err; on failure the caller frees c with m40_core_destroy(). */
+/* m40_core_new - phase 1: allocates the backend's engine struct of size bytes, zeroed,
+ * whose first member is the core (the core frees it), empties err, copies lim (NULL: all
+ * defaults), checks its activation mode against be (-EINVAL unknown, M40_EUNSUPPORTED
+ * not be's), loads the model from the parsed file g (borrowed: it must outlive the
+ * engine; the CPU engine reads the weights in with lim->load_progress), resolves the
+ * common defaults (max_seqs 16, max_ctx min(train ctx, 4096), page_tokens 16,
+ * max_batch_tokens 256, act be->act_default) and the end-of-generation ids, and sets
+ * c->path and c->page_bytes. The backend resolves the rest of the limits (kv_bytes,
+ * n_threads) after it. Returns 0 and the core in *ret; -EINVAL (g NULL), -ENOMEM, or
+ * -errno, M40_EFORMAT or M40_EUNSUPPORTED with a message in err, nothing left
+ * allocated. */
 struct m40_gguf;
-int m40_core_open(struct m40_core *c, const struct m40_core_backend *be, struct m40_gguf *g,
-                  const struct m40_engine_limits *lim, char *err, size_t errlen);
+int m40_core_new(size_t size, const struct m40_core_backend *be, struct m40_gguf *g,
+                 const struct m40_engine_limits *lim, struct m40_core **ret, char *err,
+                 size_t errlen);
 
 /* m40_core_kv_pages - the page count that c->lim.kv_bytes holds (0 when kv_bytes is 0:
  * the backend sizes the pool). Returns 0 and it in *ret, or -EINVAL with a message in err
@@ -111,8 +115,10 @@ int m40_core_kv_pages(const struct m40_core *c, const char *path, uint32_t *ret,
  * 0, -EINVAL or -ENOMEM. */
 int m40_core_start(struct m40_core *c, uint32_t n_pages);
 
-/* m40_core_destroy - free c as m40_engine_free() does (the backend's done first); for
- * the failure paths of a backend's constructor. Accepts a partly built c. */
-void m40_core_destroy(struct m40_core *c);
+/* m40_core_fail - the failure exit of a backend's constructor after m40_core_new(): when
+ * err holds no message yet, "<model path>: <m40_strerror(r)>" goes there; then c is freed
+ * as m40_engine_free() does (the backend's done first; c may be partly built). Returns
+ * r. */
+int m40_core_fail(struct m40_core *c, int r, char *err, size_t errlen);
 
 #endif

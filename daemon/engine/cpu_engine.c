@@ -96,29 +96,21 @@ int m40_cpu_engine_new(struct m40_gguf *g, const struct m40_engine_limits *lim,
         struct cpu_engine *e;
         struct m40_core *c;
         uint32_t n_pages = 0;
-        const char *path;
         int r;
 
-        if (!g)
-                return -EINVAL;
-        path = m40_gguf_path(g);
-        e = calloc(1, sizeof(*e));
-        if (!e)
-                return -ENOMEM;
-        c = &e->core;
-        r = m40_core_open(c, &cpu_backend, g, lim, err, errlen);
+        r = m40_core_new(sizeof(*e), &cpu_backend, g, lim, &c, err, errlen);
         if (r)
-                goto out_free;
+                return r;
+        e = (struct cpu_engine *)c;
         fill_limits(&c->lim, c->page_bytes);
-        r = m40_core_kv_pages(c, path, &n_pages, err, errlen);
+        r = m40_core_kv_pages(c, c->path, &n_pages, err, errlen);
         if (r)
-                goto out_free;
-        r = -EINVAL;
+                return m40_core_fail(c, r, err, errlen);
         if (c->lim.max_ctx > MAX_CTX) {
                 if (err)
-                        snprintf(err, errlen, "%s: max_ctx %u is above the CPU engine's %u", path,
-                                 c->lim.max_ctx, MAX_CTX);
-                goto out_free;
+                        snprintf(err, errlen, "%s: max_ctx %u is above the CPU engine's %u",
+                                 c->path, c->lim.max_ctx, MAX_CTX);
+                return m40_core_fail(c, -EINVAL, err, errlen);
         }
         r = m40_pool_new(c->lim.n_threads, &e->pool);
         r = r ? r
@@ -127,13 +119,7 @@ int m40_cpu_engine_new(struct m40_gguf *g, const struct m40_engine_limits *lim,
         r = r ? r : m40_sampler_scratch_init(&e->scratch, c->m->n_vocab);
         r = r ? r : m40_core_start(c, n_pages);
         if (r)
-                goto out_err;
+                return m40_core_fail(c, r, err, errlen);
         *ret = &c->base;
         return 0;
-out_err:
-        if (err)
-                snprintf(err, errlen, "%s: %s", path, m40_strerror(r));
-out_free:
-        m40_core_destroy(c);
-        return r;
 }
