@@ -3,8 +3,8 @@
  * M40_CLONES marks a hot function for GCC/Clang function multiversioning: the compiler
  * emits an x86-64-v4 (AVX-512), an x86-64-v3 (AVX2+FMA) and a baseline clone and the
  * loader picks the best for the running CPU, so one binary is portable and fast. Elsewhere,
- * and under ThreadSanitizer (below), it is empty. M40_INLINE forces inlining into those clones. M40_HAVE_FLOAT16 says the compiler has
- * _Float16 (F16C conversions). */
+ * and under ThreadSanitizer (below), it is empty. M40_INLINE forces inlining into those
+ * clones. M40_HAVE_FLOAT16 says the compiler has _Float16 (F16C conversions). */
 #ifndef M40_ENGINE_SIMD_H
 #define M40_ENGINE_SIMD_H
 
