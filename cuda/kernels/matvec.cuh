@@ -265,21 +265,16 @@ M40_HD void mv_piece_direct(const typename mv_q<T, NB>::raw raw[R], int n_in, in
         }
 }
 
-/* Piece p of R rows (already loaded) times NB columns, added to acc. Per scale group
- * g: s = sum v * x and, when the type needs it, xs = sum x; then acc += d * s + m * xs
- * (weight = d * v + m, quant.cuh). Activation runs are loaded once for all R rows.
- * Where mv_direct says so: mv_piece_direct(). */
+/* Piece p of R rows (already loaded) times NB columns, added to acc, by scale group:
+ * per group g, s = sum v * x and, when the type needs it, xs = sum x; then
+ * acc += d * s + m * xs (weight = d * v + m, quant.cuh). Activation runs are loaded once
+ * for all R rows. */
 template <int T, int NB, int R>
-M40_HD void mv_piece(const typename mv_q<T, NB>::raw raw[R], int n_in, int p, const float *x,
-                     int ldx, int nb, float acc[R][NB])
+M40_HD void mv_piece_groups(const typename mv_q<T, NB>::raw raw[R], int n_in, int p, const float *x,
+                            int ldx, int nb, float acc[R][NB])
 {
         typedef mv_q<T, NB> Q;
         enum { RPG = Q::NRUN / Q::NG }; /* runs per scale group */
-
-        if (mv_direct<T, NB>::V) {
-                mv_piece_direct<T, NB, R>(raw, n_in, p, x, ldx, nb, acc);
-                return;
-        }
 
         M40_UNROLL
         for (int g = 0; g < Q::NG; g++) {
@@ -332,6 +327,19 @@ M40_HD void mv_piece(const typename mv_q<T, NB>::raw raw[R], int n_in, int p, co
                         }
                 }
         }
+}
+
+/* Piece p of R rows (already loaded) times NB columns, added to acc: mv_piece_direct()
+ * where mv_direct says so, else mv_piece_groups(). (An if/else, not an early return:
+ * nvcc flags code after a return under a constant condition as unreachable, #128-D.) */
+template <int T, int NB, int R>
+M40_HD void mv_piece(const typename mv_q<T, NB>::raw raw[R], int n_in, int p, const float *x,
+                     int ldx, int nb, float acc[R][NB])
+{
+        if (mv_direct<T, NB>::V)
+                mv_piece_direct<T, NB, R>(raw, n_in, p, x, ldx, nb, acc);
+        else
+                mv_piece_groups<T, NB, R>(raw, n_in, p, x, ldx, nb, acc);
 }
 
 /* Whether matvec_lane() reads a piece's meta fields (scales) one piece ahead, with the
