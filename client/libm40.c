@@ -694,6 +694,15 @@ size_t m40_client_max_request_bytes(const struct m40_client *c)
         return c->w.max_request_bytes;
 }
 
+static void copy_timing(struct m40_timing *to, const struct m40_proto_timing *from)
+{
+        to->count = from->count;
+        to->sum_ns = from->sum_ns;
+        to->max_ns = from->max_ns;
+        to->p50_ns = from->p50_ns;
+        to->p99_ns = from->p99_ns;
+}
+
 int m40_client_status(struct m40_client *c, struct m40_status *ret_status)
 {
         const uint32_t whole = sizeof(struct m40_proto_msg) + sizeof(struct m40_proto_status);
@@ -750,6 +759,10 @@ unlock:
         ret_status->kv_page_tokens = s.kv_page_tokens;
         ret_status->kv_page_bytes = s.kv_page_bytes;
         ret_status->held = s.held;
+        copy_timing(&ret_status->step, &s.step);
+        copy_timing(&ret_status->gap, &s.gap);
+        copy_timing(&ret_status->wake, &s.wake);
+        copy_timing(&ret_status->handover, &s.handover);
         return 0;
 }
 

@@ -1,5 +1,5 @@
 /* status.c - `m40ctl status [--json]`: what m40d is serving and how busy it is, the KV
- * cache in pages, positions (tokens) and MiB. */
+ * cache in pages, positions (tokens) and MiB, and the timings of its engine steps. */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,7 +14,16 @@ static void usage(FILE *f)
               "\n"
               "Asks m40d for its model, backend, clients, running and queued requests (and\n"
               "the running ones held because their clients do not read), KV cache use\n"
-              "(pages, tokens and MiB) and generation speed.\n"
+              "(pages, tokens and MiB), generation speed, and how long engine steps take\n"
+              "and what m40d spends between them (mean, median, 99th percentile, maximum):\n"
+              "\n"
+              "  steps      the engine running one step;\n"
+              "  step gap   from a step's end to the start of the next, when m40d starts it\n"
+              "             as soon as it has collected the step before (work was waiting);\n"
+              "  wake-up    of the gap, from a step's end to m40d collecting it;\n"
+              "  hand-over  from m40d starting a step to the engine taking it.\n"
+              "\n"
+              "Percentiles are histogram bucket bounds, at most 25% high.\n"
               "\n"
               "  --json         Print one JSON object.\n"
               "  --socket PATH  m40d's socket (default: see m40ctl --help).\n"
@@ -23,6 +32,28 @@ static void usage(FILE *f)
               "\n"
               "Exit status: 0 done; 2 bad command line; 3 m40d unreachable.\n",
               f);
+}
+
+/* json_timing - `,"NAME":{...}` of t. */
+static void json_timing(const char *name, const struct m40_timing *t)
+{
+        printf(",\"%s\":{\"count\":%llu,\"sum_ns\":%llu,\"max_ns\":%llu,\"p50_ns\":%llu,"
+               "\"p99_ns\":%llu}",
+               name, (unsigned long long)t->count, (unsigned long long)t->sum_ns,
+               (unsigned long long)t->max_ns, (unsigned long long)t->p50_ns,
+               (unsigned long long)t->p99_ns);
+}
+
+/* text_timing - one line of t, in microseconds; what names its events. */
+static void text_timing(const char *label, const struct m40_timing *t, const char *what)
+{
+        if (!t->count) {
+                printf("%-12snone yet\n", label);
+                return;
+        }
+        printf("%-12smean %.1f us, p50 %.1f us, p99 %.1f us, max %.1f us (%llu %s)\n", label,
+               (double)t->sum_ns / (double)t->count / 1e3, t->p50_ns / 1e3, t->p99_ns / 1e3,
+               t->max_ns / 1e3, (unsigned long long)t->count, what);
 }
 
 int m40ctl_status(int argc, char **argv)
@@ -87,7 +118,7 @@ int m40ctl_status(int argc, char **argv)
                        "\"kv_page_bytes\":%llu,\"kv_tokens_used\":%llu,\"kv_tokens_total\":%llu,"
                        "\"kv_bytes_used\":%llu,\"kv_bytes_total\":%llu,\"n_ctx\":%u,\"n_vocab\":%u,"
                        "\"requests\":%llu,\"prompt_tokens\":%llu,\"generated_tokens\":%llu,"
-                       "\"tokens_per_s\":%.2f,\"draining\":%s}\n",
+                       "\"tokens_per_s\":%.2f,\"draining\":%s",
                        st.clients, st.active, st.held, st.queued, st.max_sequences,
                        st.kv_pages_used, st.kv_pages_total, st.kv_page_tokens,
                        (unsigned long long)st.kv_page_bytes, tok_used, tok_total, bytes_used,
@@ -95,6 +126,11 @@ int m40ctl_status(int argc, char **argv)
                        (unsigned long long)st.prompt_tokens,
                        (unsigned long long)st.generated_tokens, st.tokens_per_s,
                        st.draining ? "true" : "false");
+                json_timing("step", &st.step);
+                json_timing("gap", &st.gap);
+                json_timing("wake", &st.wake);
+                json_timing("handover", &st.handover);
+                printf("}\n");
                 return M40CTL_EXIT_OK;
         }
         printf("model:      %s (%s, vocab %u, context %u)\n", st.model, st.arch, st.n_vocab,
@@ -111,5 +147,9 @@ int m40ctl_status(int argc, char **argv)
         printf("speed:      %.1f tokens/s generating; %llu prompt and %llu generated tokens\n",
                st.tokens_per_s, (unsigned long long)st.prompt_tokens,
                (unsigned long long)st.generated_tokens);
+        text_timing("steps:", &st.step, "steps");
+        text_timing("step gap:", &st.gap, "gaps");
+        text_timing("wake-up:", &st.wake, "steps");
+        text_timing("hand-over:", &st.handover, "steps");
         return M40CTL_EXIT_OK;
 }

@@ -1,7 +1,8 @@
 /* metrics.c - what /metrics exposes, in Prometheus' text format (version 0.0.4): the
  * gateway's own counters (HTTP requests by endpoint and status, tokens, generations
  * running) and histograms (time to first token, time between text events), and m40d's
- * figures from its STATUS answer (queue depth, active and held sequences, KV pages, tok/s).
+ * figures from its STATUS answer (queue depth, active and held sequences, KV pages, tok/s,
+ * and the timings of its engine steps as summaries).
  * Also the gateway's control connection to m40d, over which every STATUS goes. All of it
  * is shared by the connection threads: one mutex each for the figures and the connection. */
 #include <errno.h>
@@ -244,6 +245,21 @@ static void put_gateway(struct buf *b)
                       "Between successive text events of a generation.", &m.gap);
 }
 
+/* put_timing - t as a summary NAME (median, 99th percentile, sum, count) in seconds and
+ * its maximum as the gauge NAME_max. */
+static void put_timing(struct buf *b, const char *name, const char *help,
+                       const struct m40_timing *t)
+{
+        put(b,
+            "# HELP %s %s Since m40d started; quantiles are histogram bucket bounds, at most "
+            "25%% high.\n# TYPE %s summary\n%s{quantile=\"0.5\"} %.9f\n"
+            "%s{quantile=\"0.99\"} %.9f\n%s_sum %.9f\n%s_count %llu\n",
+            name, help, name, name, t->p50_ns / 1e9, name, t->p99_ns / 1e9, name, t->sum_ns / 1e9,
+            name, (unsigned long long)t->count);
+        put(b, "# HELP %s_max The longest of %s.\n# TYPE %s_max gauge\n%s_max %.9f\n", name, name,
+            name, name, t->max_ns / 1e9);
+}
+
 static void put_daemon(struct buf *b, const struct m40_status *st)
 {
         const struct {
@@ -279,6 +295,17 @@ static void put_daemon(struct buf *b, const struct m40_status *st)
         for (size_t i = 0; i < sizeof(g) / sizeof(g[0]); i++)
                 put(b, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", g[i].name, g[i].help, g[i].name,
                     g[i].type, g[i].name, g[i].v);
+        put_timing(b, "m40_step_seconds", "m40d's engine running one step.", &st->step);
+        put_timing(b, "m40_step_gap_seconds",
+                   "From an engine step's end to the start of the next, when m40d started it "
+                   "as soon as it had collected the step before (its own time between steps "
+                   "while work waits).",
+                   &st->gap);
+        put_timing(b, "m40_step_wake_seconds",
+                   "Of the step gap, from an engine step's end to m40d collecting it.", &st->wake);
+        put_timing(b, "m40_step_handover_seconds",
+                   "From m40d starting an engine step to the engine's thread taking it.",
+                   &st->handover);
 }
 
 char *m40gw_metrics_text(const struct m40_status *st)

@@ -1,18 +1,21 @@
 /* async.c - the generic asynchronous form of the engine interface (engine.h, "Threads"):
  * one worker thread per engine that runs the engine's blocking step each time it is
  * pumped, the eventfd it raises when the step has finished, the statistics as of the
- * step's start, and the cancel and hold calls queued while the step is in flight. It
- * serves every engine whose step blocks (the CPU engine, the per-op CUDA engine).
+ * step's start, the cancel and hold calls queued while the step is in flight, and when
+ * the engine's thread began and finished each step (m40_engine_step_times). It serves
+ * every engine whose step blocks (the CPU engine, the per-op CUDA engine).
  *
- * Hand-over: the caller's thread owns in_flight, the statistics and the queue; go, done,
- * quit and result are shared under mu. The worker touches the engine only between taking
- * go and setting done, and the caller only while in_flight is false, so the mutex orders
- * every engine access of one thread before the other's. */
+ * Hand-over: the caller's thread owns in_flight, the statistics, the queue and the times
+ * of the step collected last; go, done, quit, result and the times of the step in flight
+ * are shared under mu. The worker touches the engine only between taking go and setting
+ * done, and the caller only while in_flight is false, so the mutex orders every engine
+ * access of one thread before the other's. */
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/eventfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "async.h"
@@ -31,16 +34,26 @@ struct m40_engine_async {
         pthread_cond_t cv;
         int efd; /* raised by the worker with done, lowered by poll */
         /* under mu */
-        bool go;    /* pump asked for a step; the worker takes it */
-        bool done;  /* the step has finished; result is its return */
-        bool quit;  /* m40_engine_async_free: the worker returns */
-        int result; /* what the engine's step returned */
+        bool go;                       /* pump asked for a step; the worker takes it */
+        bool done;                     /* the step has finished; result is its return */
+        bool quit;                     /* m40_engine_async_free: the worker returns */
+        int result;                    /* what the engine's step returned */
+        uint64_t t_begin_ns, t_end_ns; /* CLOCK_MONOTONIC: the worker took go, set done */
         /* the caller's thread only */
         bool in_flight;             /* from pump until poll collects the step */
         struct m40_engine_stats st; /* as of the start of the step in flight */
         struct deferred *q;         /* (cap_q) calls queued while in flight, in call order */
         uint32_t n_q, cap_q;
+        uint64_t last_begin_ns, last_end_ns; /* of the step poll collected last; 0: none */
 };
+
+static uint64_t now_ns(void)
+{
+        struct timespec ts;
+
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 static void *worker(void *arg)
 {
@@ -49,6 +62,7 @@ static void *worker(void *arg)
 
         pthread_mutex_lock(&a->mu);
         for (;;) {
+                uint64_t t_end;
                 int r;
 
                 while (!a->go && !a->quit)
@@ -56,9 +70,12 @@ static void *worker(void *arg)
                 if (a->quit)
                         break;
                 a->go = false;
+                a->t_begin_ns = now_ns();
                 pthread_mutex_unlock(&a->mu);
                 r = a->e->ops->step(a->e);
+                t_end = now_ns();
                 pthread_mutex_lock(&a->mu);
+                a->t_end_ns = t_end;
                 a->result = r;
                 a->done = true;
                 /* under mu, so that poll finds done and the raised descriptor together; an
@@ -171,6 +188,8 @@ int m40_engine_poll(struct m40_engine *e, int *ret_step)
 
                 a->done = false;
                 result = a->result;
+                a->last_begin_ns = a->t_begin_ns;
+                a->last_end_ns = a->t_end_ns;
                 if (read(a->efd, &v, sizeof(v)) < 0) { /* raised with done: cannot fail */
                 }
         }
@@ -181,6 +200,17 @@ int m40_engine_poll(struct m40_engine *e, int *ret_step)
         apply(e);
         *ret_step = result;
         return 1;
+}
+
+int m40_engine_step_times(const struct m40_engine *e, uint64_t *ret_begin_ns, uint64_t *ret_end_ns)
+{
+        const struct m40_engine_async *a = e->async;
+
+        if (!a || !a->last_end_ns)
+                return -ENODATA;
+        *ret_begin_ns = a->last_begin_ns;
+        *ret_end_ns = a->last_end_ns;
+        return 0;
 }
 
 int m40_engine_async_defer(struct m40_engine *e, uint32_t id, bool cancel, bool hold)

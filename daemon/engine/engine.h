@@ -292,6 +292,13 @@ int m40_engine_fd(struct m40_engine *e);
  * untouched). */
 int m40_engine_poll(struct m40_engine *e, int *ret_step);
 
+/* m40_engine_step_times - when the engine's thread ran the step that m40_engine_poll()
+ * collected last: CLOCK_MONOTONIC ns at which it began the step (*ret_begin_ns; the time
+ * from m40_engine_pump() to it is the hand-over) and at which the step had finished
+ * (*ret_end_ns; the time from it to m40_engine_poll() is the caller's wake-up). Returns 0,
+ * or -ENODATA before the first collected step (nothing written). */
+int m40_engine_step_times(const struct m40_engine *e, uint64_t *ret_begin_ns, uint64_t *ret_end_ns);
+
 /* m40_engine_in_flight - whether a step is in flight (pumped and not yet collected). */
 bool m40_engine_in_flight(const struct m40_engine *e);
 

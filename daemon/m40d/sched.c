@@ -378,8 +378,14 @@ static bool collect(struct m40_sched *s)
 {
         int k = 0;
 
-        if (s->stepping && !m40_engine_poll(s->e, &k))
-                return false;
+        if (s->stepping) {
+                uint64_t begin, end;
+
+                if (!m40_engine_poll(s->e, &k))
+                        return false;
+                if (!m40_engine_step_times(s->e, &begin, &end))
+                        m40_steptimes_collected(&s->times, begin, end, now_ns());
+        }
         s->stepping = false;
         take_events(s);
         if (k < 0) {
@@ -404,6 +410,7 @@ static void start(struct m40_sched *s)
         if (k > 0) {
                 s->stepping = true;
                 s->step_start_ns = now_ns();
+                m40_steptimes_pumped(&s->times, s->step_start_ns);
         } else if (k < 0) {
                 m40d_log(LOG_ERR, "cannot start an engine step: %s", m40_strerror(k));
                 m40_sched_cancel_all(s, k);
@@ -483,6 +490,8 @@ int m40_sched_run(struct m40_sched *s)
                 start(s);
                 work |= deliver_all(s);
         }
+        if (!s->stepping)
+                m40_steptimes_idle(&s->times); /* a later step is no gap: it waited for more */
         /* Queued requests that admit() left behind, and held requests waiting for room to
          * go on, wait for a slot or pages (freed by a step, whose end wakes the caller
          * through m40_sched_fd(), by a client leaving or by the hold timeout, which the
@@ -590,4 +599,5 @@ void m40_sched_status(const struct m40_sched *s, struct m40_proto_status *ret)
         ret->requests = s->requests;
         ret->tokens_per_s = st.tokens_per_s;
         ret->draining = s->draining;
+        m40_steptimes_status(&s->times, ret);
 }

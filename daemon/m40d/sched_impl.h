@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "m40d/sched.h"
+#include "m40d/steptime.h"
 #include "text/detok.h"
 
 enum req_state {
@@ -74,10 +75,11 @@ struct m40_sched {
         size_t cap_chat;
         struct m40_tok_scratch *scratch;
         bool draining;
-        bool stepping;            /* a step is in flight on the engine's thread (m40_engine_pump) */
-        uint64_t step_start_ns;   /* when start() pumped the step in flight */
-        uint64_t vclock;          /* vtime of the client read last */
-        uint64_t parse_resume_ns; /* parse_paused(): no parsing before, while sequences run */
+        bool stepping;          /* a step is in flight on the engine's thread (m40_engine_pump) */
+        uint64_t step_start_ns; /* when start() pumped the step in flight */
+        struct m40_steptimes times; /* of the steps, for STATUS */
+        uint64_t vclock;            /* vtime of the client read last */
+        uint64_t parse_resume_ns;   /* parse_paused(): no parsing before, while sequences run */
         size_t max_piece; /* request.c: most text bytes one token stands for; 0: not known yet */
 };
 

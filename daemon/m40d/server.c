@@ -337,11 +337,14 @@ static int handshake(struct m40d_server *srv, struct conn *c)
 }
 
 /* status_reply - STATUS in the client's version: version 2 gets the first
- * M40_PROTO_STATUS_V2_BYTES, version 3 no held count (reserved then). */
+ * M40_PROTO_STATUS_V2_BYTES, version 3 no held count (reserved then), versions 3 and 4
+ * the first M40_PROTO_STATUS_V4_BYTES. */
 static int status_reply(struct m40d_server *srv, struct conn *c)
 {
         struct m40_proto_status st = srv->model;
-        const uint32_t len = c->version >= 3 ? (uint32_t)sizeof(st) : M40_PROTO_STATUS_V2_BYTES;
+        const uint32_t len = c->version >= 5   ? (uint32_t)sizeof(st)
+                             : c->version >= 3 ? M40_PROTO_STATUS_V4_BYTES
+                                               : M40_PROTO_STATUS_V2_BYTES;
 
         m40_sched_status(srv->s, &st);
         if (c->version < 4)

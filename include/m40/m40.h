@@ -117,6 +117,14 @@ struct m40_reply {
         uint64_t t_submit_ns; /* ADMITTED: when the request was submitted */
 };
 
+/* A duration m40d measures once per engine step, over the steps since it started: count,
+ * sum and maximum, the median and 99th percentile (each at most 25% above the true value:
+ * the upper bound of a histogram bucket), in ns; all 0 while count is 0. */
+struct m40_timing {
+        uint64_t count;
+        uint64_t sum_ns, max_ns, p50_ns, p99_ns;
+};
+
 struct m40_status {
         char model[128];
         char arch[16];
@@ -134,6 +142,12 @@ struct m40_status {
         /* Of the active requests, those whose sequences wait for their clients to read their
          * events (held; they take no part in steps meanwhile). */
         uint32_t held;
+        /* The engine's steps: step, the engine's thread running one; gap, from a step's end
+         * to the start of the next when m40d started it as soon as it had collected the step
+         * before (the daemon's own time between steps while work waits; wake, of it, from a
+         * step's end to m40d collecting it); handover, from m40d starting a step to the
+         * engine's thread taking it. */
+        struct m40_timing step, gap, wake, handover;
 };
 
 /* m40_client_connect - connect to the daemon at socket path and do the handshake. path

@@ -45,9 +45,9 @@
 #include <stdint.h>
 
 /* Versions: 2 added the ev_waiting word (event-ring backpressure), 3 the KV page size to
- * STATUS, 4 the held sequences to STATUS. */
+ * STATUS, 4 the held sequences to STATUS, 5 the engine steps' timings to STATUS. */
 #define M40_PROTO_MAGIC       0x5030344du /* "M40P" */
-#define M40_PROTO_VERSION     4u
+#define M40_PROTO_VERSION     5u
 #define M40_PROTO_VERSION_MIN 2u /* the oldest client version a daemon serves */
 
 /* Limits every implementation of this version honours. */
@@ -89,6 +89,14 @@ struct m40_proto_welcome {
         uint32_t reserved;
 };
 
+/* A duration measured once per engine step, over every step since m40d started (version
+ * 5 on). Percentiles are the upper bound of a histogram bucket (at most 25% above the
+ * value; at most max_ns); all 0 while count is 0. */
+struct m40_proto_timing {
+        uint64_t count;
+        uint64_t sum_ns, max_ns, p50_ns, p99_ns;
+};
+
 struct m40_proto_status {
         char model[128];    /* file name of the model */
         char arch[16];      /* "llama" */
@@ -109,9 +117,20 @@ struct m40_proto_status {
         uint32_t held;
         uint32_t reserved32;
         uint64_t reserved[2];
+        /* Version 5 on; a version 3 or 4 body ends here, M40_PROTO_STATUS_V4_BYTES long.
+         * All CLOCK_MONOTONIC differences on m40d's side, steps that ran on the engine's
+         * thread (m40_engine_pump). */
+        struct m40_proto_timing step;     /* the engine's thread running the step */
+        struct m40_proto_timing gap;      /* a step's end to the next step's start (pump),
+                                           * when m40d started it in the round that collected
+                                           * the step before: what m40d spends between two
+                                           * steps while work waits */
+        struct m40_proto_timing wake;     /* a step's end to m40d collecting it (of gap) */
+        struct m40_proto_timing handover; /* the start (pump) to the engine's thread taking it */
 };
 
 #define M40_PROTO_STATUS_V2_BYTES 256u
+#define M40_PROTO_STATUS_V4_BYTES 288u
 
 /* The region starts with this header; the daemon fills in everything before handing the
  * region over. Each control word sits in its own cache line. */
@@ -229,9 +248,12 @@ struct m40_proto_ev {
 static_assert(sizeof(struct m40_proto_msg) == 8, "wire size");
 static_assert(sizeof(struct m40_proto_hello) == 16, "wire size");
 static_assert(sizeof(struct m40_proto_welcome) == 48, "wire size");
-static_assert(sizeof(struct m40_proto_status) == 288, "wire size");
+static_assert(sizeof(struct m40_proto_timing) == 40, "wire size");
+static_assert(sizeof(struct m40_proto_status) == 448, "wire size");
 static_assert(offsetof(struct m40_proto_status, kv_page_bytes) == M40_PROTO_STATUS_V2_BYTES,
               "version 2 prefix");
+static_assert(offsetof(struct m40_proto_status, step) == M40_PROTO_STATUS_V4_BYTES,
+              "version 4 prefix");
 static_assert(sizeof(struct m40_proto_region) == 64 + 9 * 64, "wire size");
 static_assert(sizeof(struct m40_proto_sub) == 96, "wire size");
 static_assert(sizeof(struct m40_proto_item) == 8, "wire size");

@@ -8,7 +8,9 @@
  * (a cancelled sequence's tokens are a prefix of the reference and its cancel event
  * follows the step's; a held and released sequence still produces the reference's
  * tokens; hold then release within one step leaves it running; a cancel of an id that is
- * not active is passed over); freeing an engine with a step in flight waits for it.
+ * not active is passed over); freeing an engine with a step in flight waits for it;
+ * m40_engine_step_times() places each collected step between its pump and its poll, and
+ * has none before the first.
  *
  * usage: test_async MODEL.gguf; exit 0 pass, 1 fail, 77 when the model does not exist. */
 #include <errno.h>
@@ -16,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "engine/engine.h"
@@ -136,12 +139,23 @@ static bool readable(int fd, int ms)
 static int async_step(struct m40_engine *e)
 {
         int fd = m40_engine_fd(e), k = -1000;
+        struct timespec ts;
+        uint64_t t_pump, t_poll, begin = 0, end = 0;
 
         CHECK(fd >= 0, "m40_engine_fd: %d", fd);
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        t_pump = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
         CHECK(m40_engine_pump(e) == 1, "pump starts a step");
         CHECK(m40_engine_in_flight(e), "in flight after pump");
         CHECK(readable(fd, 30000), "the descriptor becomes readable");
         CHECK(m40_engine_poll(e, &k) == 1, "poll collects the finished step");
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        t_poll = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+        /* the step ran on the engine's thread between the pump and the poll */
+        CHECK(m40_engine_step_times(e, &begin, &end) == 0 && t_pump <= begin && begin <= end &&
+                      end <= t_poll,
+              "step times: pump %llu, begin %llu, end %llu, poll %llu", (unsigned long long)t_pump,
+              (unsigned long long)begin, (unsigned long long)end, (unsigned long long)t_poll);
         CHECK(!m40_engine_in_flight(e), "not in flight after poll");
         CHECK(!readable(fd, 0), "the descriptor is lowered by poll");
         return k;
@@ -195,12 +209,15 @@ static void in_flight_calls(const char *path)
         int32_t prompt[1] = {1};
         float lg[4096];
         uint32_t id;
+        uint64_t begin = 7, end = 7;
         int k = -1;
         struct m40_engine *e = fresh(path, &run);
 
         if (!e)
                 return;
         CHECK(m40_engine_poll(e, &k) == 0 && k == -1, "poll with nothing in flight");
+        CHECK(m40_engine_step_times(e, &begin, &end) == -ENODATA && begin == 7,
+              "no step times before the first collected step");
         async_step(e);
         take(e, &run);
         m40_engine_stats(e, &before);

@@ -13,7 +13,9 @@
 #     and no KV page (polled for up to 10 s: a sanitizer build's steps are slow);
 #   - /api/tags and /api/ps give the model file's size in bytes when the gateway finds it
 #     in the model store ($M40_MODELS here), 0 when not; /metrics has m40d's held
-#     sequences (HELP, TYPE gauge) beside the active ones, at most as many.
+#     sequences (HELP, TYPE gauge) beside the active ones, at most as many, and its step
+#     timings as summaries (HELP, TYPE summary, quantiles 0.5 and 0.99, _sum, _count, a
+#     _max gauge) that counted the stream's steps.
 #
 # Usage: test_errors.sh M40D M40CTL M40_GATEWAY MODEL|tests/fetch-models.sh [PYTHON]
 set -euo pipefail
@@ -209,6 +211,23 @@ active=$(metric m40_active_sequences) held=$(metric m40_held_sequences)
 { [ "$active" = 0 ] && [ "$held" = 0 ]; } ||
         fail "/metrics after the stream: m40_active_sequences '$active', m40_held_sequences '$held' (empty: no value or no HELP/TYPE gauge lines)"
 echo "ok   /metrics: m40_held_sequences $held of m40_active_sequences $active"
+# summary NAME - NAME_count of a summary with HELP, TYPE, both quantiles, _sum and a _max
+# gauge in $dir/metrics; nothing when one of them is missing
+summary() {
+        grep -q "^# HELP $1 ." "$dir/metrics" && grep -q "^# TYPE $1 summary$" "$dir/metrics" &&
+                grep -q "^$1{quantile=\"0.5\"} [0-9.]*$" "$dir/metrics" &&
+                grep -q "^$1{quantile=\"0.99\"} [0-9.]*$" "$dir/metrics" &&
+                grep -q "^$1_sum [0-9.]*$" "$dir/metrics" &&
+                grep -q "^# TYPE $1_max gauge$" "$dir/metrics" &&
+                grep -q "^$1_max [0-9.]*$" "$dir/metrics" &&
+                sed -n "s/^$1_count \([0-9]*\)$/\1/p" "$dir/metrics" || true
+}
+for name in m40_step_seconds m40_step_gap_seconds m40_step_wake_seconds m40_step_handover_seconds; do
+        n=$(summary $name)
+        [ -n "$n" ] && [ "$n" -gt 2 ] ||
+                fail "/metrics: $name counted '$n' steps of the stream (empty: a line is missing)"
+done
+echo "ok   /metrics: step timings, $(summary m40_step_seconds) steps, $(summary m40_step_gap_seconds) gaps"
 
 # 503: no m40d behind the gateway, for every endpoint that needs it; /health says so
 start_gateway nodaemon --socket "$dir/none.sock"

@@ -3,7 +3,11 @@
  * default, or kv_memory_mib), STATUS through libm40 (page count, positions and bytes per
  * page), `m40ctl status` in text and JSON (pages, tokens and MiB), and protocol versions:
  * a version 2 client is still served (WELCOME in version 2, the 256-byte STATUS of
- * version 2), versions below M40_PROTO_VERSION_MIN or above ours are refused.
+ * version 2), versions below M40_PROTO_VERSION_MIN or above ours are refused; the timings
+ * of the engine steps (version 5): none before a request, then one step, wake-up and
+ * hand-over per step and one gap between each two steps of a request, moving with the
+ * next request, consistent (p50 <= p99 <= max <= sum), in m40ctl status's text and JSON,
+ * and left out for a version 4 client.
  *
  *   test_status M40D M40CTL MODEL.gguf  (stories260K: 5 layers, KV dim 32, context 2048,
  *   so a page of 16 positions is 10240 bytes) */
@@ -183,14 +187,118 @@ static int test_explicit(const char *m40d, const char *model)
         return 0;
 }
 
+/* timing_ok - t is consistent: p50 <= p99 <= max <= sum <= count * max, all 0 when
+ * count is. */
+static bool timing_ok(const char *name, const struct m40_timing *t)
+{
+        bool ok = t->count ? t->p50_ns <= t->p99_ns && t->p99_ns <= t->max_ns &&
+                                     t->max_ns <= t->sum_ns && t->sum_ns / t->count <= t->max_ns
+                           : !t->sum_ns && !t->max_ns && !t->p50_ns && !t->p99_ns;
+
+        if (!ok)
+                fprintf(stderr, "%s: count %llu sum %llu max %llu p50 %llu p99 %llu\n", name,
+                        (unsigned long long)t->count, (unsigned long long)t->sum_ns,
+                        (unsigned long long)t->max_ns, (unsigned long long)t->p50_ns,
+                        (unsigned long long)t->p99_ns);
+        return ok;
+}
+
+static bool timings_ok(const struct m40_status *st)
+{
+        return timing_ok("step", &st->step) && timing_ok("gap", &st->gap) &&
+               timing_ok("wake", &st->wake) && timing_ok("handover", &st->handover);
+}
+
+/* run_one - one request of max_tokens on c to its end; *ret_n its tokens, then STATUS. */
+static int run_one(struct m40_client *c, uint32_t max_tokens, size_t *ret_n, struct m40_status *st)
+{
+        struct m40_request rq;
+        uint64_t id;
+        char text[4096];
+        int32_t toks[256];
+
+        m40_request_init(&rq);
+        rq.prompt = itest_prompts[1];
+        rq.max_tokens = max_tokens;
+        CHECK(m40_client_submit(c, &rq, &id) == 0);
+        CHECK(itest_collect(c, id, text, sizeof(text), toks, 256, ret_n) == 0);
+        CHECK(*ret_n > 2);
+        CHECK(m40_client_status(c, st) == 0);
+        return 0;
+}
+
+/* One client, one request at a time (its 256-event ring never fills): a request of n
+ * tokens takes at least n steps, each step after its first is started as soon as the one
+ * before is collected (a gap), and its last step is followed by none. */
+static int test_timings(const char *m40d, const char *model)
+{
+        struct itest_daemon d;
+        struct m40_client *c;
+        struct m40_status st0, st1, st2;
+        struct m40_proto_status raw;
+        uint32_t version = 0, len = 0;
+        size_t n1, n2;
+        char want[160];
+
+        if (itest_daemon_start(&d, m40d, model, "[engine]\nbackend = cpu\nthreads = 1\n", NULL))
+                return 1;
+        CHECK(m40_client_connect(d.sock, &c) == 0);
+        CHECK(m40_client_status(c, &st0) == 0);
+        CHECK(!st0.step.count && !st0.gap.count && !st0.wake.count && !st0.handover.count);
+        CHECK(timings_ok(&st0));
+        CHECK(ctl_has(d.sock, "", "steps:      none yet\nstep gap:   none yet\n"));
+
+        CHECK(run_one(c, 48, &n1, &st1) == 0);
+        CHECK(timings_ok(&st1));
+        CHECK(st1.step.count >= n1 && st1.step.sum_ns > 0 && st1.step.p50_ns > 0);
+        CHECK(st1.wake.count == st1.step.count && st1.handover.count == st1.step.count);
+        CHECK(st1.gap.count == st1.step.count - 1 && st1.gap.sum_ns > 0);
+
+        CHECK(run_one(c, 96, &n2, &st2) == 0);
+        CHECK(timings_ok(&st2));
+        CHECK(st2.step.count >= st1.step.count + n2 && st2.step.sum_ns > st1.step.sum_ns);
+        CHECK(st2.wake.count == st2.step.count && st2.handover.count == st2.step.count);
+        CHECK(st2.gap.count - st1.gap.count == st2.step.count - st1.step.count - 1);
+        CHECK(st2.gap.sum_ns > st1.gap.sum_ns && st2.wake.sum_ns > st1.wake.sum_ns);
+        m40_client_disconnect(c);
+
+        /* m40ctl: the same figures (nothing runs now), in text and JSON */
+        snprintf(want, sizeof(want), " us (%llu steps)\nstep gap:   mean ",
+                 (unsigned long long)st2.step.count);
+        CHECK(ctl_has(d.sock, "", want));
+        snprintf(want, sizeof(want), "\"step\":{\"count\":%llu,\"sum_ns\":%llu,\"max_ns\":%llu,",
+                 (unsigned long long)st2.step.count, (unsigned long long)st2.step.sum_ns,
+                 (unsigned long long)st2.step.max_ns);
+        CHECK(ctl_has(d.sock, "--json", want));
+        snprintf(want, sizeof(want), "\"gap\":{\"count\":%llu,\"sum_ns\":%llu,",
+                 (unsigned long long)st2.gap.count, (unsigned long long)st2.gap.sum_ns);
+        CHECK(ctl_has(d.sock, "--json", want));
+
+        /* version 5 gets them; version 4 gets STATUS as it was, without them */
+        CHECK(raw_status(d.sock, 5, &version, &len, &raw) == 0);
+        CHECK(len == sizeof(raw) && raw.step.count == st2.step.count &&
+              raw.gap.sum_ns == st2.gap.sum_ns && raw.handover.count == st2.step.count);
+        CHECK(raw_status(d.sock, 4, &version, &len, &raw) == 0);
+        CHECK(version == 4 && len == M40_PROTO_STATUS_V4_BYTES && raw.step.count == 0);
+        CHECK(itest_daemon_stop(&d) == 0);
+        printf("ok: %llu steps, mean %.1f us; %llu gaps, mean %.1f us (wake-up %.1f us); "
+               "hand-over %.1f us\n",
+               (unsigned long long)st2.step.count, st2.step.sum_ns / 1e3 / st2.step.count,
+               (unsigned long long)st2.gap.count, st2.gap.sum_ns / 1e3 / st2.gap.count,
+               st2.wake.sum_ns / 1e3 / st2.wake.count,
+               st2.handover.sum_ns / 1e3 / st2.handover.count);
+        return 0;
+}
+
 int main(int argc, char **argv)
 {
         if (argc < 4)
                 return 2;
         m40ctl = argv[2];
-        if (test_default(argv[1], argv[3]) || test_explicit(argv[1], argv[3]))
+        if (test_default(argv[1], argv[3]) || test_explicit(argv[1], argv[3]) ||
+            test_timings(argv[1], argv[3]))
                 return 1;
         printf("ok: KV cache logged, reported by STATUS and m40ctl status in pages, tokens "
-               "and MiB; protocol version 2 still served\n");
+               "and MiB; protocol version 2 still served; step timings in STATUS\n");
         return 0;
 }
