@@ -184,18 +184,7 @@ static struct req *first_queued(struct m40_sched_client *c)
         return NULL;
 }
 
-/* overflows - whether c's undelivered events exceed the room in its ring now: events that
- * did not fit it, or that would not (a step's events wait for the delivery after the next
- * pump, m40_sched_run()). */
-static bool overflows(struct m40_sched_client *c)
-{
-        int space = m40_ipc_region_space(&c->region);
-        uint64_t n = 0;
-
-        for (const struct req *r = c->reqs; r; r = r->next)
-                n += r->n_ev - r->ev_head;
-        return n && (space < 0 || n > (uint64_t)space);
-}
+static bool has_backlog(const struct m40_sched_client *c);
 
 /* may_admit - whether c may get a new sequence now: it is not broken, it reads its events
  * (a client with a held sequence or events waiting for room in its ring would only get
@@ -210,7 +199,7 @@ static bool may_admit(const struct m40_sched *s, struct m40_sched_client *c)
         if (c->n_active &&
             client_pages(s, c) + m40_engine_kv_need(s->e, &r->p) > s->pages_per_client)
                 return false;
-        return !overflows(c);
+        return !has_backlog(c);
 }
 
 /* The client to admit from next: fewest sequences in the engine, ties in round-robin
@@ -487,49 +476,18 @@ static bool deliver_all(struct m40_sched *s)
         return pushed;
 }
 
-/* hold_full - holds every running request whose events would not all fit its client's
- * ring now, as deliver() would after pushing them, but pushes nothing: the holds of the
- * next step without the delivery (what the client reads meanwhile only makes room, so
- * deliver() later finds at least this room and leaves no unheld request behind). */
-static void hold_full(struct m40_sched *s)
-{
-        for (struct m40_sched_client *c = s->clients; c; c = c->next) {
-                int space = c->broken ? -1 : m40_ipc_region_space(&c->region);
-
-                for (struct req *r = space >= 0 ? c->reqs : NULL; r; r = r->next) {
-                        uint32_t left = r->n_ev - r->ev_head;
-
-                        if (left > (uint32_t)space && r->state == REQ_ACTIVE && !r->held)
-                                hold(s, r);
-                        space -= left < (uint32_t)space ? (int)left : space;
-                }
-        }
-}
-
 int m40_sched_run(struct m40_sched *s)
 {
-        const bool was_stepping = s->stepping;
-        const bool ended = collect(s) && was_stepping;
         bool work;
 
+        collect(s);
         expire(s, now_ns());
-        if (ended) {
-                /* A step has just ended: before the next one only what it needs (its events
-                 * into the requests, expiry, the holds of full rings, admission of what is
-                 * parsed already, releases of held requests whose events were all delivered
-                 * by an earlier round); the events go to the rings, clients are woken and new
-                 * submissions (cancels too) are parsed while it runs. So a submission
-                 * parsed now joins at the step after next, a cancel parsed now is applied
-                 * after the step that runs meanwhile (engine.h "Threads"), and a held
-                 * request whose events this round delivers goes on one step later. */
-                hold_full(s);
-                start(s);
-        }
-        /* before a step starts here: hold the sequences of clients whose rings are full */
+        /* before the next step: hold the sequences of clients whose rings are full */
         work = deliver_all(s);
-        if (!s->stepping || ended) {
+        if (!s->stepping) {
+                /* between steps: parsing and admission, then the next step */
                 read_clients(s);
-                start(s); /* between steps: admission, then the next step */
+                start(s);
                 work |= deliver_all(s);
         }
         if (!s->stepping)
