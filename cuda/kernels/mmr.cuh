@@ -92,14 +92,14 @@ template <int T> struct mr_tc {
 
 template <int T, int NR_> struct mr_shape {
         typedef mr_q<T> D;
-        enum { MR = mr_tc<T>::MR * NR_ <= 32 ? mr_tc<T>::MR : 32 / NR_ }; /* MR NR sums a lane */
-        enum { NR = NR_, NW = MR_WARPS, NT = 32 * NW };
+        enum { MR = mr_tc<T>::MR, NR = NR_, NW = MR_WARPS, NT = 32 * NW };
         enum { PPC = mr_tc<T>::PPC, XK = D::EPP * PPC, CK = 256, KL = CK / XK, RG = 32 / KL };
         enum { TM = NW * RG * MR, E = MR * NR / KL };
         enum { XS = XK + 4, CS = KL * XS, BUF = NR * CS }; /* shared floats: [col][kl][XS] */
         enum { NXL = NR * CK / 4 / NT };                   /* float4s a thread stages a chunk */
         static_assert(XK % 32 == 0 && KL * XK == CK && (KL & (KL - 1)) == 0, "sub-chunks");
         static_assert(NR * CK % (4 * NT) == 0 && MR * NR % KL == 0, "even shares");
+        static_assert(MR * NR <= 32, "a lane's sums stay in registers");
         static_assert(2 * BUF * 4 <= MQ_SMEM_MAX, "static shared memory of sm_52");
 };
 
