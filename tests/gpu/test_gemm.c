@@ -52,13 +52,8 @@ int main(void)
 #include "quantize.h"
 #include "testmat.h"
 
-#define N_TYPES 11
+#define N_TYPES TEST_TYPES
 #define BOUND   1e-5
-
-static const uint32_t types[N_TYPES] = {
-        M40_GGML_F32,  M40_GGML_F16,  M40_GGML_BF16, M40_GGML_Q8_0, M40_GGML_Q4_0, M40_GGML_Q4_1,
-        M40_GGML_Q5_0, M40_GGML_Q5_1, M40_GGML_Q4_K, M40_GGML_Q5_K, M40_GGML_Q6_K,
-};
 
 /* Scratch sizes (floats) that force each tiling on the test shapes (see main()). */
 enum { S_WHOLE, S_KSPLIT, S_TILES, S_ROWS, S_COUNT };
@@ -250,7 +245,7 @@ out:
  * one k step); S_ROWS more than M40_CUDA_GEMM_MIN_ROWS whole rows but not all. */
 static void run_type(int ti, int quick)
 {
-        const uint32_t type = types[ti], bs = m40_ggml_type_info(type)->block_size;
+        const uint32_t type = test_types[ti], bs = m40_ggml_type_info(type)->block_size;
         const uint32_t mid = bs == 1 ? 1003 : bs == 32 ? 1184 : 1280, n_mid = quick ? 37 : 131;
         const uint64_t whole = scratch_bytes / sizeof(float);
         struct mat m;
@@ -484,7 +479,7 @@ int main(void)
                sname[S_KSPLIT], sname[S_TILES], sname[S_ROWS], "outputs");
         for (int ti = 0; ti < N_TYPES; ti++)
                 printf("%-5s %12" PRIu64 " %10.2e %10.2e %10.2e %10.2e %9" PRIu64 "\n",
-                       m40_ggml_type_name(types[ti]), deq_checked[ti], worst[ti][S_WHOLE],
+                       m40_ggml_type_name(test_types[ti]), deq_checked[ti], worst[ti][S_WHOLE],
                        worst[ti][S_KSPLIT], worst[ti][S_TILES], worst[ti][S_ROWS],
                        checked[ti][S_WHOLE] + checked[ti][S_KSPLIT] + checked[ti][S_TILES] +
                                checked[ti][S_ROWS]);

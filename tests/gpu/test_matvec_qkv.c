@@ -37,12 +37,7 @@ int main(void)
 #include "model/ggml_type.h"
 #include "testmat.h"
 
-#define MAX_TYPES 11
-
-static const uint32_t types[MAX_TYPES] = {
-        M40_GGML_F32,  M40_GGML_F16,  M40_GGML_BF16, M40_GGML_Q8_0, M40_GGML_Q4_0, M40_GGML_Q4_1,
-        M40_GGML_Q5_0, M40_GGML_Q5_1, M40_GGML_Q4_K, M40_GGML_Q5_K, M40_GGML_Q6_K,
-};
+#define MAX_TYPES TEST_TYPES
 
 #define RMS_EPS   1e-5f
 #define RMS_PARTS 3 /* the partials the test hands the fused norm */
@@ -228,7 +223,7 @@ static void run_qkv_rope(int ti, int quick)
         static const struct {
                 uint32_t n_in, n_in_k, heads, kv, hd, n_rot;
         } shapes[] = {{256, 256, 4, 2, 32, 32}, {576, 512, 9, 3, 64, 64}, {512, 512, 6, 2, 50, 32}};
-        const uint32_t bs = m40_ggml_type_info(types[ti])->block_size;
+        const uint32_t bs = m40_ggml_type_info(test_types[ti])->block_size;
 
         for (size_t sh = 0; sh < sizeof(shapes) / sizeof(shapes[0]); sh++) {
                 const uint32_t n_in = bs == 256 ? shapes[sh].n_in_k : shapes[sh].n_in;
@@ -239,7 +234,7 @@ static void run_qkv_rope(int ti, int quick)
                 if (quick && sh == 1)
                         continue;
                 for (; made < 3; made++)
-                        if (mat_make(&ms[made], types[ti], n_in,
+                        if (mat_make(&ms[made], test_types[ti], n_in,
                                      (made ? shapes[sh].kv : shapes[sh].heads) * hd) < 0)
                                 break;
                 for (size_t i = 0; made == 3 && i < sizeof(batches) / sizeof(batches[0]); i++)
@@ -330,7 +325,7 @@ int main(void)
                 return code;
         check_arguments();
         for (int ti = 0; ti < MAX_TYPES; ti++) {
-                const uint32_t t = types[ti];
+                const uint32_t t = test_types[ti];
 
                 /* racecheck: one type of each family; the shared-memory code is the same */
                 if (quick >= 2 && t != M40_GGML_F16 && t != M40_GGML_Q4_0 && t != M40_GGML_Q6_K)
@@ -340,7 +335,7 @@ int main(void)
 
         printf("%-5s %9s\n", "type", "qkv-rope");
         for (int ti = 0; ti < MAX_TYPES; ti++)
-                printf("%-5s %9" PRIu64 "\n", m40_ggml_type_name(types[ti]), qkv_checked[ti]);
+                printf("%-5s %9" PRIu64 "\n", m40_ggml_type_name(test_types[ti]), qkv_checked[ti]);
         printf("(q, k, v and KV cache elements equal bit for bit to matmul_n_rms + rope_store)\n");
         m40_cuda_device_free(d);
         return finish();

@@ -48,13 +48,8 @@ int main(void)
 #include "model/ggml_type.h"
 #include "testmat.h"
 
-#define MAX_TYPES 11
+#define MAX_TYPES TEST_TYPES
 #define BOUND     1e-5
-
-static const uint32_t types[MAX_TYPES] = {
-        M40_GGML_F32,  M40_GGML_F16,  M40_GGML_BF16, M40_GGML_Q8_0, M40_GGML_Q4_0, M40_GGML_Q4_1,
-        M40_GGML_Q5_0, M40_GGML_Q5_1, M40_GGML_Q4_K, M40_GGML_Q5_K, M40_GGML_Q6_K,
-};
 
 static double worst[MAX_TYPES];
 static uint64_t checked[MAX_TYPES], launches[MAX_TYPES];
@@ -214,7 +209,7 @@ static size_t part_for(uint32_t rows, uint32_t batch)
  * elements (F32 F16 BF16), 32-element blocks and 256-element blocks. */
 static uint32_t row_len(int ti, const uint32_t lens[2][3], bool aligned)
 {
-        const uint32_t bs = m40_ggml_type_info(types[ti])->block_size;
+        const uint32_t bs = m40_ggml_type_info(test_types[ti])->block_size;
 
         return lens[aligned ? 0 : 1][bs == 1 ? 0 : bs == 32 ? 1 : 2];
 }
@@ -231,7 +226,7 @@ static void run_batches(int ti, int quick, bool aligned)
         static const uint32_t big[] = {65, 100, 257};
         struct mat m;
 
-        if (mat_make(&m, types[ti], n_in, 131) < 0)
+        if (mat_make(&m, test_types[ti], n_in, 131) < 0)
                 return;
         for (uint32_t b = 1; b <= 64; b++) {
                 if (quick && b % 7 != 1 && b != 64)
@@ -257,7 +252,7 @@ static void run_multi(int ti, int quick, bool aligned)
         uint32_t made = 0;
 
         for (; made < 3; made++)
-                if (mat_make(&ms[made], types[ti], n_in, rows[made]) < 0)
+                if (mat_make(&ms[made], test_types[ti], n_in, rows[made]) < 0)
                         goto out;
         for (size_t i = 0; i < sizeof(batches) / sizeof(batches[0]); i++) {
                 if (quick && i % 2)
@@ -276,10 +271,10 @@ out:
  * tile is ragged. */
 static void run_tall(int ti)
 {
-        const uint32_t bs = m40_ggml_type_info(types[ti])->block_size;
+        const uint32_t bs = m40_ggml_type_info(test_types[ti])->block_size;
         struct mat m;
 
-        if (mat_make(&m, types[ti], bs == 256 ? 256 : 64, 9001) < 0)
+        if (mat_make(&m, test_types[ti], bs == 256 ? 256 : 64, 9001) < 0)
                 return;
         run_case(&m, 1, ti, 40, false, part_for(9001, 40));
         run_case(&m, 1, ti, 64, true, part_for(9001, 64));
@@ -333,7 +328,7 @@ int main(void)
                 return code;
         check_arguments();
         for (int ti = 0; ti < MAX_TYPES; ti++) {
-                const uint32_t t = types[ti];
+                const uint32_t t = test_types[ti];
 
                 if (quick >= 2 && t != M40_GGML_F16 && t != M40_GGML_Q4_0 && t != M40_GGML_Q6_K)
                         continue;
@@ -347,7 +342,8 @@ int main(void)
         printf("%-5s %-6s %9s %8s %9s\n", "type", "bound", "worst", "launches", "outputs");
         for (int ti = 0; ti < MAX_TYPES; ti++)
                 printf("%-5s %-6.0e %9.2e %8" PRIu64 " %9" PRIu64 "\n",
-                       m40_ggml_type_name(types[ti]), BOUND, worst[ti], launches[ti], checked[ti]);
+                       m40_ggml_type_name(test_types[ti]), BOUND, worst[ti], launches[ti],
+                       checked[ti]);
         printf("(max |y - ref| / sum|w x| per type over every batch, split and matrix count)\n");
         m40_cuda_device_free(d);
         return finish();

@@ -2,7 +2,7 @@
  * seeded random source, random weight matrices (quantized by ggml's reference quantizers,
  * tests/tools/quantize.h, decoded by the CPU engine's m40_cpu_dequant() where it is
  * built, else by the test tools' m40_row_dequantize(); uploaded to the device and put
- * in its layout as the engine does), the
+ * in its layout as the engine does), the list of weight types they cover, the
  * double-precision reference dot product, and the NaN poison that marks what a kernel
  * must not write.
  *
@@ -32,6 +32,13 @@
 #else
 #define REFERENCE "m40_row_dequantize (tests/tools)"
 #endif
+
+/* Every weight type the matrix kernels take, in the order the tests report them. */
+#define TEST_TYPES 11
+static const uint32_t test_types[TEST_TYPES] = {
+        M40_GGML_F32,  M40_GGML_F16,  M40_GGML_BF16, M40_GGML_Q8_0, M40_GGML_Q4_0, M40_GGML_Q4_1,
+        M40_GGML_Q5_0, M40_GGML_Q5_1, M40_GGML_Q4_K, M40_GGML_Q5_K, M40_GGML_Q6_K,
+};
 
 /* The random source of every input; seed_init() sets it. */
 static uint64_t seed;
