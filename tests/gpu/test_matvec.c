@@ -517,20 +517,11 @@ static void run_type(int ti, int quick)
 static void check_arguments(void)
 {
         struct mat m;
-        float *dx = NULL, *dy = NULL;
+        float *dx, *dy;
         struct m40_cuda_matrix w;
 
-        if (mat_make(&m, M40_GGML_Q4_0, 64, 8) < 0)
+        if (args_make(&m, &dx, &dy) < 0)
                 return;
-        if (cudaMalloc((void **)&dx, 4096) != cudaSuccess ||
-            cudaMalloc((void **)&dy, 4096) != cudaSuccess) {
-                fail("cudaMalloc");
-                goto out;
-        }
-        if (cudaMemset(dx, 0, 4096) != cudaSuccess) {
-                fail("cudaMemset");
-                goto out;
-        }
         w = mat_view(&m);
         CHECK(m40_cuda_matmul(&w, dx, 64, dy, 8, 1, NULL) == 0, "valid call refused");
         CHECK(m40_cuda_matmul(&w, dx, 64, dy, 8, 0, NULL) == -EINVAL, "batch 0 accepted");
@@ -582,10 +573,7 @@ static void check_arguments(void)
         w.data = (const uint8_t *)m.dev + 2;
         CHECK(m40_cuda_matmul(&w, dx, 64, dy, 8, 1, NULL) == -EINVAL, "misaligned W accepted");
         CHECK(cudaDeviceSynchronize() == cudaSuccess, "the valid call failed on the device");
-out:
-        cudaFree(dx);
-        cudaFree(dy);
-        mat_free(&m);
+        args_free(&m, dx, dy);
 }
 
 int main(void)

@@ -252,20 +252,11 @@ static void run_qkv_rope(int ti, int quick)
 static void check_arguments(void)
 {
         struct mat m;
-        float *dx = NULL, *dy = NULL;
+        float *dx, *dy;
         struct m40_cuda_matrix w;
 
-        if (mat_make(&m, M40_GGML_Q4_0, 64, 8) < 0)
+        if (args_make(&m, &dx, &dy) < 0)
                 return;
-        if (cudaMalloc((void **)&dx, 4096) != cudaSuccess ||
-            cudaMalloc((void **)&dy, 4096) != cudaSuccess) {
-                fail("cudaMalloc");
-                goto out;
-        }
-        if (cudaMemset(dx, 0, 4096) != cudaSuccess) {
-                fail("cudaMemset");
-                goto out;
-        }
         w = mat_view(&m);
         {
                 const struct m40_cuda_matrix ws[3] = {w, w, w};
@@ -310,10 +301,7 @@ static void check_arguments(void)
                               -EINVAL,
                       "qkv_rope without the norm's partials accepted");
         }
-out:
-        cudaFree(dx);
-        cudaFree(dy);
-        mat_free(&m);
+        args_free(&m, dx, dy);
 }
 
 int main(void)

@@ -137,6 +137,31 @@ static inline struct m40_cuda_matrix mat_view(const struct mat *m)
         return (struct m40_cuda_matrix){m->dev, m->type, m->n_in, m->n_out, m->row_bytes};
 }
 
+/* For the argument checks: *m a Q4_0 matrix of 8 rows of 64, *dx and *dy device buffers
+ * of 4096 bytes, *dx zeroed. Returns 0, or -1 after fail() with all of it freed; free it
+ * with args_free(). */
+static inline int args_make(struct mat *m, float **dx, float **dy)
+{
+        *dx = *dy = NULL;
+        if (mat_make(m, M40_GGML_Q4_0, 64, 8) < 0)
+                return -1;
+        if (cudaMalloc((void **)dx, 4096) == cudaSuccess &&
+            cudaMalloc((void **)dy, 4096) == cudaSuccess && cudaMemset(*dx, 0, 4096) == cudaSuccess)
+                return 0;
+        fail("argument buffers: %s", cudaGetErrorString(cudaGetLastError()));
+        cudaFree(*dx);
+        cudaFree(*dy);
+        mat_free(m);
+        return -1;
+}
+
+static inline void args_free(struct mat *m, float *dx, float *dy)
+{
+        cudaFree(dx);
+        cudaFree(dy);
+        mat_free(m);
+}
+
 /* Row o of m's dequantized weights dotted with x (n_in floats), in double precision;
  * *ret_mag gets sum_k |w_k x_k|, what the error is measured against. */
 static inline double mat_dot(const struct mat *m, size_t o, const float *x, double *ret_mag)
