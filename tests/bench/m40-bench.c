@@ -3,8 +3,9 @@
  * Owns the command line, the measurements and the report (text or JSON) of the
  * benchmarks. Today: the GPU's properties and its device-to-device copy
  * bandwidth, the roofline every later figure is divided by (DESIGN.md §3, §7), and
- * with --matvec the matrix kernels on the 8B shapes (bench_matvec.c), and with
- * --model FILE a model on the CUDA engine: load, decode, prefill (bench_model.c). */
+ * with --matvec the matrix kernels on the 8B shapes (bench_matvec.c), with --sync the
+ * waits of a persistent kernel (bench_sync.c), and with --model FILE a model on the
+ * CUDA engine: load, decode, prefill (bench_model.c). */
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -16,8 +17,10 @@
 
 #include "bench_list.h"
 #include "bench_matvec.h"
+#include "bench_sync.h"
 #include "bench_model.h"
 #include "cuda/runtime/device.h"
+#include "cuda/runtime/launch.h"
 #include "m40-version.h"
 #include "m40/error.h"
 
@@ -29,6 +32,7 @@ struct options {
         int iters;    /* 0: the library's default */
         int json;
         int matvec;
+        int sync;
         const char *output;            /* also write the JSON here */
         struct bench_model_opts model; /* model.path NULL: no model benchmark */
 };
@@ -39,7 +43,7 @@ static void help(void)
                "       m40-bench - measure what a GPU can do for m40-llm\n"
                "\n"
                "SYNOPSIS\n"
-               "       m40-bench [--device N] [--bytes SIZE] [--iters N] [--matvec]\n"
+               "       m40-bench [--device N] [--bytes SIZE] [--iters N] [--matvec] [--sync]\n"
                "                 [--json] [--output FILE]\n"
                "       m40-bench --model FILE [--batches LIST] [--tokens N] [--prompt N]\n"
                "                 [--prefill N] [--prefill-reps N] [--no-load] [--no-load-cold]\n"
@@ -124,6 +128,13 @@ static void help(void)
                "              Timed copies per method, 1..%d (default %d).\n"
                "       -m, --matvec\n"
                "              Also benchmark the matrix kernels (about 15 s on an H100).\n"
+               "       --sync\n"
+               "              Also measure the waits of a persistent kernel on exactly the\n"
+               "              blocks the GPU holds at once (1, then 2 an SM): a launch, a grid\n"
+               "              barrier of all blocks and a dataflow wait (one block's arrival\n"
+               "              to another's leaving its wait), each over chains of 5000 whose\n"
+               "              carried values are checked (a wrong value or a wait that runs\n"
+               "              out fails the run). Run it on an otherwise idle GPU.\n"
                "       -j, --json\n"
                "              Print one JSON object instead of text (fields as in the text;\n"
                "              sizes in bytes, bandwidths in GB/s).\n"
@@ -243,6 +254,7 @@ enum {
         O_NO_COLD,
         O_NO_DECODE,
         O_NO_SGEMM,
+        O_SYNC,
         O_VERSION
 };
 
@@ -315,6 +327,7 @@ static int parse_args(int argc, char **argv, struct options *o)
                 {"iters", required_argument, NULL, 'n'},
                 {"json", no_argument, NULL, 'j'},
                 {"matvec", no_argument, NULL, 'm'},
+                {"sync", no_argument, NULL, O_SYNC},
                 {"output", required_argument, NULL, 'o'},
                 {"model", required_argument, NULL, 'M'},
                 {"batches", required_argument, NULL, O_BATCHES},
@@ -394,6 +407,9 @@ static int parse_args(int argc, char **argv, struct options *o)
                 case 'm':
                         o->matvec = 1;
                         break;
+                case O_SYNC:
+                        o->sync = 1;
+                        break;
                 case 'o':
                         o->output = optarg;
                         break;
@@ -424,7 +440,7 @@ static int parse_args(int argc, char **argv, struct options *o)
 
 static void print_json(FILE *f, const struct m40_cuda_device_info *in,
                        const struct m40_cuda_copy_bandwidth *bw, const struct bench_mv *mv,
-                       const struct bench_model *model)
+                       const struct bench_sync *sy, const struct bench_model *model)
 {
         fprintf(f, "{\"tool\":\"m40-bench\",\"format\":1,");
         fprintf(f, "\"device\":{\"ordinal\":%d,\"name\":", in->ordinal);
@@ -450,6 +466,10 @@ static void print_json(FILE *f, const struct m40_cuda_device_info *in,
         if (mv) {
                 fputc(',', f);
                 bench_matvec_json(mv, f);
+        }
+        if (sy) {
+                fputc(',', f);
+                bench_sync_json(sy, f);
         }
         if (model) {
                 fputc(',', f);
@@ -491,7 +511,7 @@ static void print_text(const struct m40_cuda_device_info *in,
 /* The JSON object also goes to path; 0 or 1 (failure, reported). */
 static int write_output(const char *path, const struct m40_cuda_device_info *in,
                         const struct m40_cuda_copy_bandwidth *bw, const struct bench_mv *mv,
-                        const struct bench_model *model)
+                        const struct bench_sync *sy, const struct bench_model *model)
 {
         FILE *f = fopen(path, "w");
 
@@ -499,7 +519,7 @@ static int write_output(const char *path, const struct m40_cuda_device_info *in,
                 fprintf(stderr, "m40-bench: cannot write %s: %s\n", path, strerror(errno));
                 return 1;
         }
-        print_json(f, in, bw, mv, model);
+        print_json(f, in, bw, mv, sy, model);
         if (fclose(f) != 0) {
                 fprintf(stderr, "m40-bench: cannot write %s: %s\n", path, strerror(errno));
                 return 1;
@@ -513,10 +533,11 @@ int main(int argc, char **argv)
         struct m40_cuda_copy_bandwidth bw;
         struct m40_cuda_device *d = NULL;
         static struct bench_mv mv;
+        static struct bench_sync sy;
         static struct bench_model model;
         const struct bench_model *mp = NULL;
         char err[512] = "";
-        int r, rc = 0, mv_failed = 0;
+        int r, rc = 0, mv_failed = 0, sy_failed = 0;
 
         r = parse_args(argc, argv, &o);
         if (r > 0)
@@ -558,6 +579,18 @@ int main(int argc, char **argv)
                         bench_matvec_text(&mv, stdout);
                 }
         }
+        if (o.sync) {
+                fflush(stdout);
+                r = bench_sync_run(&sy, err, sizeof(err));
+                if (r < 0) {
+                        fprintf(stderr, "m40-bench: sync probe failed: %s (%s)\n", err,
+                                r == M40_ECUDA ? m40_cuda_last_error() : m40_strerror(r));
+                        rc = 1;
+                        sy_failed = 1;
+                } else if (!o.json) {
+                        bench_sync_text(&sy, stdout);
+                }
+        }
         if (o.model.path) {
                 fflush(stdout);
                 o.model.copy_gbs = bw.best_gbs;
@@ -573,10 +606,12 @@ int main(int argc, char **argv)
         }
         if (o.json)
                 print_json(stdout, m40_cuda_device_info(d), &bw,
-                           o.matvec && !mv_failed ? &mv : NULL, mp);
+                           o.matvec && !mv_failed ? &mv : NULL, o.sync && !sy_failed ? &sy : NULL,
+                           mp);
         if (o.output)
                 rc |= write_output(o.output, m40_cuda_device_info(d), &bw,
-                                   o.matvec && !mv_failed ? &mv : NULL, mp);
+                                   o.matvec && !mv_failed ? &mv : NULL,
+                                   o.sync && !sy_failed ? &sy : NULL, mp);
         m40_cuda_device_free(d);
         return rc;
 }
