@@ -479,54 +479,75 @@ static void launch(int vec, dim3 grid, size_t shmem, cudaStream_t stream, const 
                         <<<grid, ATTN_THREADS, shmem, stream>>>(kv, q, ldq, out, ldo, pl);
 }
 
+/* Whether K rows can be read as half2: head_dim and every offset even. */
+static bool kv_vec(const struct m40_cuda_kv *kv, uint32_t head_dim)
+{
+        return head_dim % 2 == 0 && kv->kv_dim % 2 == 0 && kv->page_elems % 2 == 0 &&
+               kv->v_off % 2 == 0 && (uintptr_t)kv->base % 4 == 0;
+}
+
+int m40_attn_plan(const struct attn_call *c, struct attn_plan *pl)
+{
+        const struct m40_cuda_kv *kv = c->kv;
+        const uint32_t hd = c->head_dim;
+        struct attn_plan p;
+        uint64_t need;
+
+        if (!kv || !c->n_kv_heads || c->n_heads % c->n_kv_heads || !hd ||
+            hd > M40_CUDA_MAX_HEAD_DIM || c->max_pos > M40_CUDA_ATTN_MAX_POS || c->n_tok > 65535 ||
+            !kv->page_tokens || !kv->base || (uintptr_t)c->ws % WS_ALIGN)
+                return -EINVAL;
+        if (!c->n_tok || !c->n_heads)
+                return ATTN_NONE;
+        need = make_plan(c->n_tok, c->n_heads, c->n_kv_heads, hd, c->max_pos, &p);
+        if (need > c->ws_bytes || (need && !c->ws))
+                return -EINVAL;
+        p.scale = c->scale;
+        p.cnt = (unsigned *)c->ws;
+        p.acc = NULL;
+        p.ml = NULL;
+        if (need) {
+                const uint64_t slots = (uint64_t)c->n_tok * c->n_heads * p.n_split;
+
+                p.acc = (float *)((char *)c->ws + M40_CUDA_ATTN_WS_COUNTERS);
+                p.ml = (float2 *)((char *)p.acc + ws_al(slots * hd * sizeof(float)));
+        }
+        *pl = p;
+        /* K and V tiles through shared memory (16-byte pieces of every row) for launches of
+         * few blocks (decode), where a block's load latencies are the time; not for those
+         * of many (prefill), where the shared memory would cost blocks per SM (H100, 512-
+         * token prefill: 8B 84% -> 82% of SGEMM's rate, 1B 68% -> 64%) */
+        if (!kv_vec(kv, hd) || hd > ATTN_THREADS || hd % 8 || kv->kv_dim % 8 ||
+            kv->page_elems % 8 || kv->v_off % 8 || (uintptr_t)kv->base % 16 ||
+            (uint64_t)c->n_tok * c->n_kv_heads * p.nsub >= ATTN_TARGET)
+                return ATTN_PLAIN;
+        pl->rstep = ATTN_THREADS / (int)(hd / 8);
+        pl->cstep = ATTN_THREADS % (int)(hd / 8);
+        return ATTN_VT;
+}
+
 extern "C" int m40_cuda_attention(const struct m40_cuda_kv *kv, const float *q, size_t ldq,
                                   float *out, size_t ldo, uint32_t n_heads, uint32_t n_kv_heads,
                                   uint32_t head_dim, float scale, uint32_t n_tok, uint32_t max_pos,
                                   void *ws, size_t ws_bytes, struct CUstream_st *stream)
 {
+        const struct attn_call c = {kv,      n_heads, n_kv_heads, head_dim, n_tok,
+                                    max_pos, scale,   ws,         ws_bytes};
         struct attn_plan pl;
-        uint64_t need;
-        size_t shmem;
-        int vec;
+        int path;
 
-        if (!kv || !q || !out || !n_kv_heads || n_heads % n_kv_heads || !head_dim ||
-            head_dim > M40_CUDA_MAX_HEAD_DIM || max_pos > M40_CUDA_ATTN_MAX_POS || n_tok > 65535 ||
-            ldq < (size_t)n_heads * head_dim || ldo < (size_t)n_heads * head_dim ||
-            !kv->page_tokens || !kv->base || (uintptr_t)ws % WS_ALIGN)
+        if (!q || !out || ldq < (size_t)n_heads * head_dim || ldo < (size_t)n_heads * head_dim)
                 return -EINVAL;
-        if (!n_tok || !n_heads)
-                return 0;
-        need = make_plan(n_tok, n_heads, n_kv_heads, head_dim, max_pos, &pl);
-        if (need > ws_bytes || (need && !ws))
-                return -EINVAL;
-        pl.scale = scale;
-        pl.cnt = (unsigned *)ws;
-        pl.acc = NULL;
-        pl.ml = NULL;
-        if (need) {
-                const uint64_t slots = (uint64_t)n_tok * n_heads * pl.n_split;
-
-                pl.acc = (float *)((char *)ws + M40_CUDA_ATTN_WS_COUNTERS);
-                pl.ml = (float2 *)((char *)pl.acc + ws_al(slots * head_dim * sizeof(float)));
-        }
-        vec = head_dim % 2 == 0 && kv->kv_dim % 2 == 0 && kv->page_elems % 2 == 0 &&
-              kv->v_off % 2 == 0 && (uintptr_t)kv->base % 4 == 0;
-        shmem = (size_t)pl.hb * (head_dim + ATTN_TILE) * sizeof(float);
+        path = m40_attn_plan(&c, &pl);
+        if (path <= ATTN_NONE) /* -EINVAL, or nothing to do */
+                return path;
+        const size_t shmem = (size_t)pl.hb * (head_dim + ATTN_TILE) * sizeof(float);
         const dim3 grid(n_kv_heads * pl.nsub, n_tok, pl.n_split);
-        /* K and V tiles through shared memory (16-byte pieces of every row) for launches of
-         * few blocks (decode), where a block's load latencies are the time; not for those
-         * of many (prefill), where the shared memory would cost blocks per SM (H100, 512-
-         * token prefill: 8B 84% -> 82% of SGEMM's rate, 1B 68% -> 64%) */
-        const bool vt = vec && head_dim <= 128 && head_dim % 8 == 0 && kv->kv_dim % 8 == 0 &&
-                        kv->page_elems % 8 == 0 && kv->v_off % 8 == 0 &&
-                        (uintptr_t)kv->base % 16 == 0 && (uint64_t)n_tok * grid.x < ATTN_TARGET;
-        if (vt && head_dim <= ATTN_THREADS) {
+
+        if (path == ATTN_VT) {
                 const size_t vt_shmem = shmem + (size_t)ATTN_TILE * head_dim * 4;
 
-                pl.rstep = ATTN_THREADS / (head_dim / 8);
-                pl.cstep = ATTN_THREADS % (head_dim / 8);
-                if (pl.hb == 1 && m40_attn_launch_g(kv, q, ldq, out, ldo, n_tok, max_pos, ws,
-                                                    ws_bytes, pl, stream))
+                if (pl.hb == 1 && m40_attn_launch_g(&c, q, ldq, out, ldo, pl, stream))
                         return m40_cuda_launch_status("attention");
                 if (pl.hb == 1)
                         k_attention<2, 1, true, 1><<<grid, ATTN_THREADS, vt_shmem, stream>>>(
@@ -541,10 +562,11 @@ extern "C" int m40_cuda_attention(const struct m40_cuda_kv *kv, const float *q, 
                         k_attention<2, 1, true, ATTN_HB><<<grid, ATTN_THREADS, vt_shmem, stream>>>(
                                 *kv, q, ldq, out, ldo, pl);
         } else if (head_dim <= ATTN_THREADS)
-                launch<1>(vec, grid, shmem, stream, *kv, q, ldq, out, ldo, pl);
+                launch<1>(kv_vec(kv, head_dim), grid, shmem, stream, *kv, q, ldq, out, ldo, pl);
         else if (head_dim <= 2 * ATTN_THREADS)
-                launch<2>(vec, grid, shmem, stream, *kv, q, ldq, out, ldo, pl);
+                launch<2>(kv_vec(kv, head_dim), grid, shmem, stream, *kv, q, ldq, out, ldo, pl);
         else
-                launch<ATTN_DPT>(vec, grid, shmem, stream, *kv, q, ldq, out, ldo, pl);
+                launch<ATTN_DPT>(kv_vec(kv, head_dim), grid, shmem, stream, *kv, q, ldq, out, ldo,
+                                 pl);
         return m40_cuda_launch_status("attention");
 }

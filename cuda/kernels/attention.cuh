@@ -1,9 +1,19 @@
 /* cuda/kernels/attention.cuh - what the attention kernels share (attention.cu: k_attention, the
- * general kernel, and its launcher; attention_decode.cu: k_attention_g, the decode
- * kernel of blocks of tiles): the tuning constants, the launch plan, the split merge
- * and the loads of a tile's K and V rows (a position's slot: kv_slot.cuh). Internal to
- * those two files; the contracts are in ops.h. Maxwell-clean (attention.cu says what
- * each piece uses). */
+ * general kernel, and its launcher; attention_decode.cu/.cuh: k_attention_g, the decode
+ * kernel of blocks of tiles, and its block's body): the tuning constants, the launch
+ * plan and the checks that make it, the split merge and the loads of a tile's K and V
+ * rows (a position's slot: kv_slot.cuh). Internal to those files and to kernels that run
+ * k_attention_g's blocks themselves (attention_decode.cuh); the contracts are in ops.h.
+ * Maxwell-clean (attention.cu says what each piece uses).
+ *
+ * M40_LD_COHERENT: a translation unit whose kernel writes the K/V cache or q in the same
+ * launch as it reads them (a persistent kernel: persist.cuh, "Memory") defines it to 1
+ * before its first include of this file: then attn_ld_kv() and attn_ld_in() are L2
+ * loads (__ldcg), which see another block's writes once a wait on its counter has
+ * returned; the read-only path (__ldg) is not coherent within a launch. Undefined or 0:
+ * the loads, and so the code, are what they always were. The page and block tables and
+ * positions (kv.pages, kv.tbl, kv.pos), written by the host before a launch, keep __ldg
+ * or plain loads either way; the split partials are read with volatile loads. */
 #ifndef M40_CUDA_ATTENTION_CUH
 #define M40_CUDA_ATTENTION_CUH
 
@@ -166,6 +176,27 @@ static __device__ __forceinline__ void attn_merge(const struct attn_plan &pl, si
                 *cnt = 0;
 }
 
+/* A load of K/V cache rows: the read-only path, or L2 under M40_LD_COHERENT. */
+template <class V> static __device__ __forceinline__ V attn_ld_kv(const V *p)
+{
+#if defined(M40_LD_COHERENT) && M40_LD_COHERENT
+        return __ldcg(p);
+#else
+        return __ldg(p);
+#endif
+}
+
+/* A load of q (the kernels' other input a launch may write): plain, or L2 under
+ * M40_LD_COHERENT. */
+template <class V> static __device__ __forceinline__ V attn_ld_in(const V *p)
+{
+#if defined(M40_LD_COHERENT) && M40_LD_COHERENT
+        return __ldcg(p);
+#else
+        return *p;
+#endif
+}
+
 #define ATTN_VCH (ATTN_TILE * 128 / 8 / ATTN_THREADS) /* VT: 16-byte pieces per thread, most */
 
 /* VT: a tile's K and V rows (n rows at the element offsets off[], head_dim 8 * cpr) in
@@ -183,8 +214,8 @@ static __device__ __forceinline__ void vt_load(const __half *kb, const __half *v
                 if (r < n) {
                         const size_t o = off[r];
 
-                        kbuf[k] = __ldg((const uint4 *)(kb + o) + c);
-                        vbuf[k] = __ldg((const uint4 *)(vb + o) + c);
+                        kbuf[k] = attn_ld_kv((const uint4 *)(kb + o) + c);
+                        vbuf[k] = attn_ld_kv((const uint4 *)(vb + o) + c);
                 }
                 r += rstep;
                 c += cstep;
@@ -208,11 +239,42 @@ static __device__ __forceinline__ void vt_store(__half *tile, const uint4 *buf, 
         }
 }
 
-/* attention_decode.cu: k_attention_g for a decode launch of one query head per block
- * (pl: make_plan()'s, rstep and cstep set for VT); false when it does not take the
- * launch (nothing launched). */
-bool m40_attn_launch_g(const m40_cuda_kv *kv, const float *q, size_t ldq, float *out, size_t ldo,
-                       uint32_t n_tok, uint32_t max_pos, void *ws, size_t ws_bytes, attn_plan pl,
-                       cudaStream_t stream);
+/* The shapes and workspace of one m40_cuda_attention() call (q and out aside). */
+struct attn_call {
+        const struct m40_cuda_kv *kv;
+        uint32_t n_heads, n_kv_heads, head_dim, n_tok, max_pos;
+        float scale;
+        void *ws;
+        size_t ws_bytes;
+};
+
+/* The kernel family m40_attn_plan() picks for a call. */
+enum attn_path {
+        ATTN_NONE,  /* no token or no query head: nothing to launch */
+        ATTN_PLAIN, /* k_attention, K and V read from global memory */
+        ATTN_VT     /* the tiles' K and V through shared memory (k_attention VT or, for
+                     * one query head per block, k_attention_g) */
+};
+
+/* attention.cu: m40_cuda_attention()'s checks (those of its arguments but q, out, ldq and
+ * ldo) and plan of call c: *pl is make_plan()'s split of the launch with the scale and
+ * the workspace's counters and partials set (rstep and cstep for ATTN_VT); returns the
+ * attn_path (pl untouched for ATTN_NONE), or -EINVAL for a call m40_cuda_attention()
+ * rejects (a workspace too small for the plan included). */
+int m40_attn_plan(const struct attn_call *c, struct attn_plan *pl);
+
+/* attention_decode.cu: the plan of k_attention_g<g> (g 2 or 4) for call c, from
+ * m40_attn_plan()'s ATTN_VT plan pl of one query head per block (pl.hb 1): spans of g
+ * tiles, the partials' pointers in the workspace, its grid and dynamic shared memory,
+ * written only on success; false (nothing written) when more than ATTN_MAX_SPLITS splits
+ * or a workspace too small for the partials keep it from k_attention_g. */
+bool m40_attn_plan_g(const struct attn_call *c, int g, const struct attn_plan &pl,
+                     struct attn_plan *ret_pl, dim3 *ret_grid, size_t *ret_shmem);
+
+/* attention_decode.cu: k_attention_g for call c, pl as m40_attn_plan_g() takes it, G by
+ * the context (2 or 4 tiles a chunk); false when it does not take the launch (nothing
+ * launched). */
+bool m40_attn_launch_g(const struct attn_call *c, const float *q, size_t ldq, float *out,
+                       size_t ldo, const struct attn_plan &pl, cudaStream_t stream);
 
 #endif
