@@ -212,7 +212,10 @@ attn_g_body(const struct m40_cuda_kv &kv, const float *q, size_t ldq, float *out
  * before it writes shared memory (its static variables, those of attn_last() and
  * attn_merge(), and sh), so reads of the code before it are done; on return its warps
  * may still read those, so code after it syncs before it writes shared memory. The
- * split counters pl.cnt (one per (t, bx)) are left zero, as after a launch. */
+ * split counters pl.cnt (one per (t, bx)) are left zero, as after a launch, once every
+ * item of the plan has run (a phase that uses them again, the next layer's, waits for
+ * that: a grid barrier); no block waits for another (the last split to finish merges),
+ * so items may run in any order. */
 template <int G>
 static __device__ __forceinline__ void
 attn_g_block(const struct m40_cuda_kv &kv, const float *q, size_t ldq, float *out, size_t ldo,
@@ -225,7 +228,10 @@ attn_g_block(const struct m40_cuda_kv &kv, const float *q, size_t ldq, float *ou
 /* the k_attention_g<2> launch a decode step of n_tok tokens at positions up to max_pos
  * would make: the plan (pl.cnt/acc/ml set from ws as m40_cuda_attention() does), its grid
  * (gx, n_tok, n_split) and dynamic shared memory; -ENOTSUP when that shape does not take
- * k_attention_g (hb != 1, head_dim > 128, alignment, ...), -EINVAL as m40_cuda_attention() */
+ * k_attention_g (hb != 1, head_dim > 128, alignment, ...), -EINVAL as m40_cuda_attention()
+ * (pl, grid and shmem are written only on success; they hold for every position up to
+ * max_pos; contexts past ATTN_MAX_SPLITS spans of two tiles, 2048 positions: -ENOTSUP;
+ * attention_decode.cu says more). Defined in attention_decode.cu. */
 int m40_attn_plan_g2(const struct m40_cuda_kv *kv, uint32_t n_heads, uint32_t n_kv_heads,
                      uint32_t head_dim, float scale, uint32_t n_tok, uint32_t max_pos, void *ws,
                      size_t ws_bytes, struct attn_plan *pl, dim3 *grid, size_t *shmem);
