@@ -7,7 +7,8 @@
  * row-major floats: the CPU engine's m40_cpu_matmul() (daemon/engine/matmul.h).
  *
  * k_matvec<T, NB, R, VEC, MODE, U> - batch 1..8 (NB = 1, 2, 4, 8 columns, nb <= NB): the
- *   bandwidth kernel. Launch: 256 threads = 8 warps per block, 1-D grid. Each warp owns
+ *   bandwidth kernel, one mv_block() call per block (a persistent kernel makes those calls
+ *   itself). Launch: 256 threads = 8 warps per block, 1-D grid. Each warp owns
  *   R consecutive rows (1 to 4, see mv_rows in matvec_launch.cuh) and a 1/S share of
  *   their pieces (S = 1, 2, 4 or 8 warps of one block split a row group when rows are
  *   few, so every SM has warps to hide latency). Lane l takes pieces l, l + 32, ...:
@@ -478,7 +479,14 @@ template <int T, int NB> struct mv_epi_ahead {
         enum { V = MV_EPI_AHEAD == 2 ? mv_minb<T, NB>::V < 4 : MV_EPI_AHEAD };
 };
 
-/* MODE: 0 the plain product, 1 the fused RMSNorm's consumer, 2 its producer (struct
+/* mv_block - k_matvec's work for block vb of a grid of nvb blocks: what k_matvec does
+ * in block blockIdx.x == vb when gridDim.x == nvb (nvb and split_log2 as mv_plan_of()
+ * plans them, matvec_launch.cuh). All MV_THREADS threads of the block call it, with the
+ * same arguments; a persistent kernel calls it for vb = blockIdx.x, + gridDim.x, ..
+ * below nvb, and for other MODEs in later phases (see the barrier below for what must
+ * lie between calls). Loads of x, of the producer's partials and of y read back go
+ * through ld_f32()/ld_f4()/ld_rw() (quant.cuh: M40_LD_COHERENT).
+ * MODE: 0 the plain product, 1 the fused RMSNorm's consumer, 2 its producer (struct
  * mv_rms), 3 the consumer of gate and up at once: each warp's R rows are R / 2 rows of
  * gate and the same rows of up (mv_mats.hoff bytes after), and the output is ops.h's
  * silu(gate) * up of the two scaled sums, bit for bit the unfused consumer followed by
@@ -486,26 +494,40 @@ template <int T, int NB> struct mv_epi_ahead {
  * mv_rope; R even). The plain kernel has none of their code (compiled into every launch,
  * it cost the quantized kernels 10-20% of their bandwidth on an H100). */
 template <int T, int NB, int R, bool VEC, int MODE, int U>
-static __global__ void __launch_bounds__(MV_THREADS, mv_minb<T, NB>::V)
-        k_matvec(const struct mv_mats mm, size_t row_bytes, int n_in, const float *__restrict__ x,
-                 int ldx, int nb, int split_log2)
+static __device__ __forceinline__ void mv_block(const struct mv_mats &mm, size_t row_bytes,
+                                                int n_in, const float *__restrict__ x, int ldx,
+                                                int nb, int split_log2, unsigned vb, unsigned nvb)
 {
         static_assert((MODE != 3 && MODE != 4) || R % 2 == 0, "rows in pairs");
         __shared__ float part[MV_WARPS][R * NB];
         const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-        const int item = blockIdx.x * MV_WARPS + warp;
+
+        /* A call's last reads of shared memory follow no barrier: the split-0 warp's of
+         * the other warps' part[] (MODE 0 with a split) and threads 0-7's of ws[]
+         * (rms_partial, MODE 2), so a warp that is done could, in the block's next call,
+         * overwrite its slot before they are read. (scl[] and tot[] are written only
+         * after a barrier of the call that every thread passes after its reads of the
+         * one before.) Hence a barrier before a call that follows another without one
+         * in between: vb != blockIdx.x, a block's second and later virtual blocks. A
+         * first call (vb == blockIdx.x) needs a __syncthreads() since the block's last
+         * call, which every grid barrier and dataflow wait holds (persist.cuh); in
+         * k_matvec the test folds away. */
+        if (vb != blockIdx.x)
+                __syncthreads();
+        const int item = vb * MV_WARPS + warp;
         const int split = item & ((1 << split_log2) - 1);
         const int g = item >> split_log2;
         /* which matrix (unused ends repeat the last); selects, not indexing, keep mm in
-         * parameter space */
-        const int m = g < mm.g_end[0] ? 0 : g < mm.g_end[1] ? 1 : 2;
-        const int g0 = m == 0 ? 0 : m == 1 ? mm.g_end[0] : mm.g_end[1];
+         * parameter space. The group ends and row counts are read once, into values: the
+         * compiler then selects among them, as it did when this was k_matvec's body,
+         * instead of branching to each load through the reference. */
+        const int ge0 = mm.g_end[0], ge1 = mm.g_end[1], ge2 = mm.g_end[2];
+        const int no0 = mm.n_out[0], no1 = mm.n_out[1], no2 = mm.n_out[2];
+        const int m = g < ge0 ? 0 : g < ge1 ? 1 : 2;
+        const int g0 = m == 0 ? 0 : m == 1 ? ge0 : ge1;
         enum { HR = MODE == 3 ? R / 2 : R }; /* rows of a group (MODE 3: and as many of up) */
         const int row0 = (g - g0) * HR;
-        const int n_out = g >= mm.g_end[2] ? 0
-                          : m == 0         ? mm.n_out[0]
-                          : m == 1         ? mm.n_out[1]
-                                           : mm.n_out[2];
+        const int n_out = g >= ge2 ? 0 : m == 0 ? no0 : m == 1 ? no1 : no2;
         const int nrows = n_out - row0 < HR ? n_out - row0 : HR;
         const uint8_t *__restrict__ w = m == 0 ? mm.w[0] : m == 1 ? mm.w[1] : mm.w[2];
         float *__restrict__ y = m == 0 ? mm.y[0] : m == 1 ? mm.y[1] : mm.y[2];
@@ -527,7 +549,7 @@ static __global__ void __launch_bounds__(MV_THREADS, mv_minb<T, NB>::V)
                 if (MODE == 1 || MODE == 3 || MODE == 4)
                         rms_prefetch<NB>(mm.rms, rpre);
                 if (MODE == 2 && mine) {
-                        yold = mm.add ? y[(size_t)wc * ldy + row0 + wr] : 0.0f;
+                        yold = mm.add ? ld_rw(y + (size_t)wc * ldy + row0 + wr) : 0.0f;
                         grow = mm.rms.g ? mm.rms.g[row0 + wr] : 0.0f;
                 }
                 if (MODE == 4 && mine)
@@ -547,7 +569,7 @@ static __global__ void __launch_bounds__(MV_THREADS, mv_minb<T, NB>::V)
         if (MODE != 0) {
                 if (!mv_epi_ahead<T, NB>::V)
                         epi_loads();
-                l2_next(mm.rms); /* the next kernel's first bytes, by the last blocks */
+                l2_next(mm.rms, vb, nvb); /* the next kernel's first bytes, by the last blocks */
         }
         /* the R x NB sums, scattered: lane i < R * NB gets sum i = (r, c) = (i / NB, i %
          * NB) (sum(i) reads it from any lane) */
@@ -565,7 +587,8 @@ static __global__ void __launch_bounds__(MV_THREADS, mv_minb<T, NB>::V)
 
                         if (lane < NS && r < nrows && c < nb)
                                 y[(size_t)c * ldy + row0 + r] =
-                                        mm.add ? y[(size_t)c * ldy + row0 + r] + mysum : mysum;
+                                        mm.add ? ld_rw(y + (size_t)c * ldy + row0 + r) + mysum
+                                               : mysum;
                         return;
                 }
                 if (lane < NS)
@@ -580,7 +603,8 @@ static __global__ void __launch_bounds__(MV_THREADS, mv_minb<T, NB>::V)
                                 for (int k = 0; k < (1 << split_log2); k++)
                                         total += part[warp + k][lane];
                                 y[(size_t)c * ldy + row0 + r] =
-                                        mm.add ? y[(size_t)c * ldy + row0 + r] + total : total;
+                                        mm.add ? ld_rw(y + (size_t)c * ldy + row0 + r) + total
+                                               : total;
                         }
                 }
                 return;
@@ -624,13 +648,23 @@ static __global__ void __launch_bounds__(MV_THREADS, mv_minb<T, NB>::V)
                 if (MODE == 4)
                         v = rope_store_row(mm.rope, ropre, m, row0 + wr, v, vu * scl[wc]);
                 if (mm.add)
-                        v = (MODE == 2 ? yold : *yo) + v;
+                        v = (MODE == 2 ? yold : ld_rw(yo)) + v;
                 *yo = v;
                 if (MODE == 2 && mm.rms.g)
                         mm.rms.xg[(size_t)wc * mm.rms.ldxg + row0 + wr] = v * grow;
         }
         if (MODE == 2)
-                rms_partial<NB>(mm.rms, mine ? v * v : 0.0f, wc);
+                rms_partial<NB>(mm.rms, mine ? v * v : 0.0f, wc, vb, nvb);
+}
+
+/* k_matvec - mv_block() of this block in a grid of gridDim.x (MV_THREADS threads). */
+template <int T, int NB, int R, bool VEC, int MODE, int U>
+static __global__ void __launch_bounds__(MV_THREADS, mv_minb<T, NB>::V)
+        k_matvec(const struct mv_mats mm, size_t row_bytes, int n_in, const float *__restrict__ x,
+                 int ldx, int nb, int split_log2)
+{
+        mv_block<T, NB, R, VEC, MODE, U>(mm, row_bytes, n_in, x, ldx, nb, split_log2, blockIdx.x,
+                                         gridDim.x);
 }
 
 #endif

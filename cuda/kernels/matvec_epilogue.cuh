@@ -15,6 +15,7 @@
 
 #include "cuda/kernels/kv_slot.cuh"
 #include "cuda/kernels/ops.h"
+#include "cuda/kernels/quant.cuh" /* ld_rw */
 #include "cuda/kernels/warp.cuh"
 
 #ifndef MV_WARPS
@@ -43,7 +44,7 @@ struct mv_rms {
         unsigned ss_cap; /* consumer: the partial slots ss_part holds */
         float eps;       /* consumer */
         /* the L2 hint (matvec.h, m40_cuda_rms.next): lines of 128 bytes from pf[i], asked
-         * for by blocks pf_from .. gridDim.x - 1 */
+         * for by (virtual) blocks pf_from .. nvb - 1 */
         const char *pf[2];
         unsigned pf_lines[2], pf_from;
 };
@@ -60,16 +61,17 @@ struct mv_rope {
         struct m40_cuda_kv kv;
 };
 
-/* The L2 hint: this thread's share of rm's prefetches, when its block is one of the
- * last (blocks pf_from ..); a prefetch returns nothing, so the warp goes on at once. */
-static __device__ __forceinline__ void l2_next(const struct mv_rms &rm)
+/* The L2 hint: this thread's share of rm's prefetches, when its block, vb of nvb
+ * (k_matvec: blockIdx.x of gridDim.x), is one of the last (blocks pf_from ..); a
+ * prefetch returns nothing, so the warp goes on at once. */
+static __device__ __forceinline__ void l2_next(const struct mv_rms &rm, unsigned vb, unsigned nvb)
 {
         const unsigned n0 = rm.pf_lines[0], n = n0 + rm.pf_lines[1];
 
-        if (blockIdx.x < rm.pf_from || !n)
+        if (vb < rm.pf_from || !n)
                 return;
-        for (unsigned i = (blockIdx.x - rm.pf_from) * MV_THREADS + threadIdx.x; i < n;
-             i += (gridDim.x - rm.pf_from) * MV_THREADS) {
+        for (unsigned i = (vb - rm.pf_from) * MV_THREADS + threadIdx.x; i < n;
+             i += (nvb - rm.pf_from) * MV_THREADS) {
                 const char *a =
                         i < n0 ? rm.pf[0] + (size_t)i * 128 : rm.pf[1] + (size_t)(i - n0) * 128;
 
@@ -77,9 +79,12 @@ static __device__ __forceinline__ void l2_next(const struct mv_rms &rm)
         }
 }
 
-/* The producer's partial: sq is the square of the output this thread wrote (0 if none),
- * in column c. Every thread of the block calls it. */
-template <int NB> static __device__ void rms_partial(const struct mv_rms &rm, float sq, int c)
+/* The producer's partial of block vb of nvb (k_matvec: blockIdx.x of gridDim.x): sq is
+ * the square of the output this thread wrote (0 if none), in column c. Every thread of
+ * the block calls it. */
+template <int NB>
+static __device__ void rms_partial(const struct mv_rms &rm, float sq, int c, unsigned vb,
+                                   unsigned nvb)
 {
         __shared__ float ws[MV_WARPS][NB];
         const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -99,10 +104,10 @@ template <int NB> static __device__ void rms_partial(const struct mv_rms &rm, fl
 
                 for (int k = 0; k < MV_WARPS; k++)
                         b += threadIdx.x < NB ? ws[k][threadIdx.x] : 0.0f;
-                rm.ss_part[(size_t)blockIdx.x * MV_NB_MAX + threadIdx.x] = b;
+                rm.ss_part[(size_t)vb * MV_NB_MAX + threadIdx.x] = b;
         }
-        if (blockIdx.x == 0 && threadIdx.x == 0)
-                *rm.ss_count = gridDim.x;
+        if (vb == 0 && threadIdx.x == 0)
+                *rm.ss_count = nvb;
 }
 
 /* What the consumer's epilogue reads of the producer's partials, loaded before the rest
@@ -117,11 +122,11 @@ template <int NB> struct rms_pre {
 template <int NB>
 static __device__ __forceinline__ void rms_prefetch(const struct mv_rms &rm, rms_pre<NB> &p)
 {
-        p.np = *rm.ss_count;
+        p.np = ld_rw(rm.ss_count);
 #pragma unroll
         for (int c = 0; c < NB; c++)
                 p.first[c] = threadIdx.x < rm.ss_cap
-                                     ? rm.ss_part[(size_t)threadIdx.x * MV_NB_MAX + c]
+                                     ? ld_rw(rm.ss_part + (size_t)threadIdx.x * MV_NB_MAX + c)
                                      : 0.0f;
 }
 
@@ -144,7 +149,7 @@ static __device__ void rms_scale(const struct mv_rms &rm, int nb, int n, float s
                 double t = have ? (double)pre.first[col] : 0.0;
 
                 for (unsigned b = have ? b0 + blockDim.x : b0; b < np; b += blockDim.x)
-                        t += (double)rm.ss_part[(size_t)b * MV_NB_MAX + col];
+                        t += (double)ld_rw(rm.ss_part + (size_t)b * MV_NB_MAX + col);
 #pragma unroll
                 for (int off = 16; off > 0; off >>= 1)
                         t += __shfl_xor_sync(0xffffffffu, t, off);

@@ -39,31 +39,22 @@ static inline int mv_split_log2(int groups, int sms, int wps, int steps)
         return s;
 }
 
-/* MODES 3 and 4 (rows in pairs) need at least 2 rows per warp; matvec.cu does not ask
- * for them otherwise (mv_rows_of()). */
-template <int T, int NB, int R, bool VEC, int U, int MODE> struct mv_paired {
-        static int launch(const struct mv_mats &mm, const struct mv_args *a, unsigned blocks,
-                          int sl, cudaStream_t stream)
-        {
-                k_matvec<T, NB, R, VEC, MODE, U><<<blocks, MV_THREADS, 0, stream>>>(
-                        mm, a->row_bytes, a->n_in, a->x, a->ldx, a->nb, sl);
-                return m40_cuda_launch_status("k_matvec");
-        }
-};
-template <int T, int NB, bool VEC, int U, int MODE> struct mv_paired<T, NB, 1, VEC, U, MODE> {
-        static int launch(const struct mv_mats &, const struct mv_args *, unsigned, int,
-                          cudaStream_t)
-        {
-                return -ENOTSUP;
-        }
+/* What launch_mv<T, NB, R, VEC> launches for a[0 .. n): the matrices, the grid's blocks
+ * and the split. A persistent kernel runs the same work as mv_block() calls for virtual
+ * blocks vb = 0 .. blocks - 1 with nvb = blocks. */
+struct mv_plan {
+        struct mv_mats mm;
+        unsigned blocks;
+        int split_log2;
 };
 
-/* k_matvec over the n (1..MV_MAX_MATS) matrices of a[] (same type, n_in, row_bytes, x,
- * batch); rms_mode 3: a[0] gate and a[1] up into a[0]'s output; 4: q, k, v. */
-template <int T, int NB, int R, bool VEC>
-static int launch_mv(const struct mv_args *a, int n, int sms, cudaStream_t stream)
+/* mv_plan_of - the plan of k_matvec over the n (1..MV_MAX_MATS) matrices of a[] (same
+ * type, n_in, row_bytes, x, batch; already checked by matvec.cu) on a GPU of sms SMs,
+ * into *p; rms_mode 3: a[0] gate and a[1] up into a[0]'s output; 4: q, k, v. */
+template <int T, int NB, int R>
+static void mv_plan_of(const struct mv_args *a, int n, int sms, struct mv_plan *p)
 {
-        struct mv_mats mm;
+        struct mv_mats &mm = p->mm;
         int groups = 0;
 
         /* MODE 3: a[0] gate, a[1] up, one output: groups of R / 2 rows of each */
@@ -84,28 +75,54 @@ static int launch_mv(const struct mv_args *a, int n, int sms, cudaStream_t strea
         mm.rms = a->rms;
         mm.hoff = a->rms_mode == 3 ? (ptrdiff_t)((uintptr_t)a[1].w - (uintptr_t)a[0].w) : 0;
         mm.rope = a->rope;
-        const int sl = mv_split_log2(groups, sms, mv_q<T, NB>::EPP == 32 ? MV_WPS_K : MV_WPS,
-                                     (mv_q<T, NB>::pieces(a->n_in) + 31) / 32);
-        const long items = (long)groups << sl;
-        const unsigned blocks = (unsigned)((items + MV_WARPS - 1) / MV_WARPS);
+        p->split_log2 = mv_split_log2(groups, sms, mv_q<T, NB>::EPP == 32 ? MV_WPS_K : MV_WPS,
+                                      (mv_q<T, NB>::pieces(a->n_in) + 31) / 32);
+        const long items = (long)groups << p->split_log2;
+
+        p->blocks = (unsigned)((items + MV_WARPS - 1) / MV_WARPS);
+        /* the L2 hint goes to the last blocks, about one per SM */
+        mm.rms.pf_from = p->blocks > (unsigned)sms && !MV_PF_ALL ? p->blocks - (unsigned)sms : 0;
+}
+
+/* MODES 3 and 4 (rows in pairs) need at least 2 rows per warp; matvec.cu does not ask
+ * for them otherwise (mv_rows_of()). */
+template <int T, int NB, int R, bool VEC, int U, int MODE> struct mv_paired {
+        static int launch(const struct mv_plan &pl, const struct mv_args *a, cudaStream_t stream)
+        {
+                k_matvec<T, NB, R, VEC, MODE, U><<<pl.blocks, MV_THREADS, 0, stream>>>(
+                        pl.mm, a->row_bytes, a->n_in, a->x, a->ldx, a->nb, pl.split_log2);
+                return m40_cuda_launch_status("k_matvec");
+        }
+};
+template <int T, int NB, bool VEC, int U, int MODE> struct mv_paired<T, NB, 1, VEC, U, MODE> {
+        static int launch(const struct mv_plan &, const struct mv_args *, cudaStream_t)
+        {
+                return -ENOTSUP;
+        }
+};
+
+/* k_matvec over the n (1..MV_MAX_MATS) matrices of a[] as mv_plan_of() plans it. */
+template <int T, int NB, int R, bool VEC>
+static int launch_mv(const struct mv_args *a, int n, int sms, cudaStream_t stream)
+{
+        struct mv_plan pl;
 
         enum { U = mv_unroll<T, NB>::U };
 
-        /* the L2 hint goes to the last blocks, about one per SM */
-        mm.rms.pf_from = blocks > (unsigned)sms && !MV_PF_ALL ? blocks - (unsigned)sms : 0;
+        mv_plan_of<T, NB, R>(a, n, sms, &pl);
         if (a->rms_mode == 3)
-                return mv_paired<T, NB, R, VEC, U, 3>::launch(mm, a, blocks, sl, stream);
+                return mv_paired<T, NB, R, VEC, U, 3>::launch(pl, a, stream);
         if (a->rms_mode == 4)
-                return mv_paired<T, NB, R, VEC, U, 4>::launch(mm, a, blocks, sl, stream);
+                return mv_paired<T, NB, R, VEC, U, 4>::launch(pl, a, stream);
         if (a->rms_mode == 1)
-                k_matvec<T, NB, R, VEC, 1, U><<<blocks, MV_THREADS, 0, stream>>>(
-                        mm, a->row_bytes, a->n_in, a->x, a->ldx, a->nb, sl);
+                k_matvec<T, NB, R, VEC, 1, U><<<pl.blocks, MV_THREADS, 0, stream>>>(
+                        pl.mm, a->row_bytes, a->n_in, a->x, a->ldx, a->nb, pl.split_log2);
         else if (a->rms_mode == 2)
-                k_matvec<T, NB, R, VEC, 2, U><<<blocks, MV_THREADS, 0, stream>>>(
-                        mm, a->row_bytes, a->n_in, a->x, a->ldx, a->nb, sl);
+                k_matvec<T, NB, R, VEC, 2, U><<<pl.blocks, MV_THREADS, 0, stream>>>(
+                        pl.mm, a->row_bytes, a->n_in, a->x, a->ldx, a->nb, pl.split_log2);
         else
-                k_matvec<T, NB, R, VEC, 0, U><<<blocks, MV_THREADS, 0, stream>>>(
-                        mm, a->row_bytes, a->n_in, a->x, a->ldx, a->nb, sl);
+                k_matvec<T, NB, R, VEC, 0, U><<<pl.blocks, MV_THREADS, 0, stream>>>(
+                        pl.mm, a->row_bytes, a->n_in, a->x, a->ldx, a->nb, pl.split_log2);
         return m40_cuda_launch_status("k_matvec");
 }
 

@@ -31,8 +31,9 @@
  *    the block allows (a whole Q block, a K sub-block), and run8(raw32, i) gives the
  *    raw8 of its elements 8i .. 8i + 7, which dec8() decodes as deq8() would.
  * Maxwell-clean: byte permutes, shifts, masks and FP32 adds/FMAs only; no __dp4a, no
- * fp16 arithmetic; weight loads go through the read-only path (__ldg). 32-bit integer
- * multiplies are avoided in the loops (Maxwell emulates them).
+ * fp16 arithmetic; weight loads go through the read-only path (__ldg), activation loads
+ * too unless M40_LD_COHERENT (below). 32-bit integer multiplies are avoided in the loops
+ * (Maxwell emulates them).
  *
  * The device layout (split rows): a GGML block of Q8_0 (34 bytes), Q4_0 (18), Q4_1 (20),
  * Q5_0 (22), Q5_1 (24) or Q6_K (210) is not a multiple of 16 bytes, so its quants can
@@ -72,7 +73,21 @@ extern "C" {
 #define M40_UNROLL
 #endif
 
-/* ---- loads (read-only path on the device) ---- */
+/* M40_LD_COHERENT - define it to 1 before the first include of this file (or of
+ * matvec.cuh) in a translation unit whose kernels read data that the same launch
+ * writes, as a persistent kernel does (persist.cuh, "Memory"). Then the loads of such
+ * data, ld_f32(), ld_f4() (activations) and ld_rw() (partial sums, outputs read back),
+ * are L2 loads (__ldcg), which see another block's writes once a wait on its counter
+ * has returned; the read-only path (__ldg, ld.global.nc) is not coherent within a
+ * launch. The quantized and half weights (ld_u8 .. ld_u128) keep the read-only path:
+ * nothing writes them in a launch (F32 weights, read by ld_f32()/ld_f4(), take L2 loads
+ * too). Undefined or 0: every load here is what it was (activations by __ldg, ld_rw() a
+ * plain load), and so is the code. */
+#ifndef M40_LD_COHERENT
+#define M40_LD_COHERENT 0
+#endif
+
+/* ---- loads (weights: read-only path on the device) ---- */
 
 M40_HD uint32_t ld_u16(const uint8_t *p) /* p 2-aligned */
 {
@@ -127,23 +142,40 @@ M40_HD uint4 ld_u128(const uint8_t *p) /* p 16-aligned */
 #endif
 }
 
-M40_HD float ld_f32(const float *p)
+/* ---- loads of data a launch may write (M40_LD_COHERENT: L2 loads) ---- */
+
+M40_HD float ld_f32(const float *p) /* an activation (or an F32 weight) */
 {
-#ifdef __CUDA_ARCH__
+#if defined(__CUDA_ARCH__) && M40_LD_COHERENT
+        return __ldcg(p);
+#elif defined(__CUDA_ARCH__)
         return __ldg(p);
 #else
         return *p;
 #endif
 }
 
-M40_HD float4 ld_f4(const float *p) /* p 16-aligned */
+M40_HD float4 ld_f4(const float *p) /* 4 activations (or F32 weights), p 16-aligned */
 {
-#ifdef __CUDA_ARCH__
+#if defined(__CUDA_ARCH__) && M40_LD_COHERENT
+        return __ldcg((const float4 *)p);
+#elif defined(__CUDA_ARCH__)
         return __ldg((const float4 *)p);
 #else
         float4 v;
         memcpy(&v, p, 16);
         return v;
+#endif
+}
+
+/* *p, for data the kernels read with plain loads (partial sums, an output read back to
+ * add to): a plain load, or __ldcg under M40_LD_COHERENT (V one of __ldcg's types). */
+template <class V> M40_HD V ld_rw(const V *p)
+{
+#if defined(__CUDA_ARCH__) && M40_LD_COHERENT
+        return __ldcg(p);
+#else
+        return *p;
 #endif
 }
 
