@@ -77,12 +77,14 @@ extern "C" {
  * matvec.cuh) in a translation unit whose kernels read data that the same launch
  * writes, as a persistent kernel does (persist.cuh, "Memory"). Then the loads of such
  * data, ld_f32(), ld_f4() (activations) and ld_rw() (partial sums, outputs read back),
- * are L2 loads (__ldcg), which see another block's writes once a wait on its counter
- * has returned; the read-only path (__ldg, ld.global.nc) is not coherent within a
- * launch. The quantized and half weights (ld_u8 .. ld_u128) keep the read-only path:
- * nothing writes them in a launch (F32 weights, read by ld_f32()/ld_f4(), take L2 loads
- * too). Undefined or 0: every load here is what it was (activations by __ldg, ld_rw() a
- * plain load), and so is the code. */
+ * are plain loads, which the memory model orders after a wait on another block's
+ * counter (the wait's fence also drops the SM's L1 lines: CCTL.IVALL on sm_70+; on
+ * sm_52 plain loads are not kept in L1), while the read-only path (__ldg,
+ * ld.global.nc) is not coherent within a launch. Plain, not L2 (__ldcg), loads: every
+ * warp of a matrix-vector product reads all of x, which L1 keeps. The quantized and half weights
+ * (ld_u8 .. ld_u128) keep the read-only path: nothing writes them in a launch (F32 weights, read by
+ * ld_f32()/ld_f4(), take plain loads too). Undefined or 0: every load here is what it
+ * was (activations by __ldg, ld_rw() a plain load), and so is the code. */
 #ifndef M40_LD_COHERENT
 #define M40_LD_COHERENT 0
 #endif
@@ -142,12 +144,12 @@ M40_HD uint4 ld_u128(const uint8_t *p) /* p 16-aligned */
 #endif
 }
 
-/* ---- loads of data a launch may write (M40_LD_COHERENT: L2 loads) ---- */
+/* ---- loads of data a launch may write (M40_LD_COHERENT: plain loads) ---- */
 
 M40_HD float ld_f32(const float *p) /* an activation (or an F32 weight) */
 {
 #if defined(__CUDA_ARCH__) && M40_LD_COHERENT
-        return __ldcg(p);
+        return *p;
 #elif defined(__CUDA_ARCH__)
         return __ldg(p);
 #else
@@ -158,7 +160,7 @@ M40_HD float ld_f32(const float *p) /* an activation (or an F32 weight) */
 M40_HD float4 ld_f4(const float *p) /* 4 activations (or F32 weights), p 16-aligned */
 {
 #if defined(__CUDA_ARCH__) && M40_LD_COHERENT
-        return __ldcg((const float4 *)p);
+        return *(const float4 *)p;
 #elif defined(__CUDA_ARCH__)
         return __ldg((const float4 *)p);
 #else
@@ -169,14 +171,10 @@ M40_HD float4 ld_f4(const float *p) /* 4 activations (or F32 weights), p 16-alig
 }
 
 /* *p, for data the kernels read with plain loads (partial sums, an output read back to
- * add to): a plain load, or __ldcg under M40_LD_COHERENT (V one of __ldcg's types). */
+ * add to): a plain load, with or without M40_LD_COHERENT. */
 template <class V> M40_HD V ld_rw(const V *p)
 {
-#if defined(__CUDA_ARCH__) && M40_LD_COHERENT
-        return __ldcg(p);
-#else
         return *p;
-#endif
 }
 
 /* ---- bit tools ---- */
