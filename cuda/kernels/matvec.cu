@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include "m40/error.h"
+#include "cuda/kernels/matvec_args.cuh"
 #include "cuda/kernels/matvec_launch.cuh"
 #include "cuda/kernels/ops.h"
 
@@ -322,16 +323,13 @@ static int rows_of(uint32_t type, uint32_t nb)
         }
 }
 
-extern "C" int m40_cuda_matmul_swiglu_rms(const struct m40_cuda_matrix *gate,
-                                          const struct m40_cuda_matrix *up, const float *xg,
-                                          size_t ldx, const struct m40_cuda_rms *rms, float *y,
-                                          float *y_up, size_t ldy, uint32_t batch,
-                                          struct CUstream_st *stream)
+int m40_mv_args_swiglu_rms(const struct m40_cuda_matrix *gate, const struct m40_cuda_matrix *up,
+                           const float *xg, size_t ldx, const struct m40_cuda_rms *rms, float *y,
+                           float *y_up, size_t ldy, uint32_t batch, struct mv_args a[MV_MAX_MATS])
 {
         struct m40_cuda_matrix w[2];
         float *const ys[2] = {y, y_up};
         const size_t lds[2] = {ldy, ldy};
-        struct mv_args a[MV_MAX_MATS];
         int r;
 
         if (!gate || !up || gate->n_out != up->n_out)
@@ -343,20 +341,37 @@ extern "C" int m40_cuda_matmul_swiglu_rms(const struct m40_cuda_matrix *gate,
                     : -EINVAL;
         if (r < 0)
                 return r;
-        if (rows_of(gate->type, batch) < 2) {
+        if (rows_of(gate->type, batch) < 2)
+                return -ENOTSUP;
+        rms_consumer(&a[0], rms, 3);
+        return 0;
+}
+
+extern "C" int m40_cuda_matmul_swiglu_rms(const struct m40_cuda_matrix *gate,
+                                          const struct m40_cuda_matrix *up, const float *xg,
+                                          size_t ldx, const struct m40_cuda_rms *rms, float *y,
+                                          float *y_up, size_t ldy, uint32_t batch,
+                                          struct CUstream_st *stream)
+{
+        struct mv_args a[MV_MAX_MATS];
+        int r = m40_mv_args_swiglu_rms(gate, up, xg, ldx, rms, y, y_up, ldy, batch, a);
+
+        if (r == -ENOTSUP) { /* rows not in pairs: the two products, then the SwiGLU */
+                const struct m40_cuda_matrix w[2] = {*gate, *up};
+                float *const ys[2] = {y, y_up};
+                const size_t lds[2] = {ldy, ldy};
+
                 r = m40_cuda_matmul_n_rms(w, 2, xg, ldx, rms, ys, lds, batch, stream);
                 return r ? r : m40_cuda_swiglu(y, y_up, ldy, gate->n_out, batch, stream);
         }
-        rms_consumer(&a[0], rms, 3);
-        return launch(a, 2, w[0].type, stream);
+        return r < 0 ? r : launch(a, 2, gate->type, stream);
 }
 
-extern "C" int m40_cuda_matvec_add_rms(const struct m40_cuda_matrix *w, const float *x, size_t ldx,
-                                       float *y, size_t ldy, uint32_t batch,
-                                       const struct m40_cuda_rms *rms, struct CUstream_st *stream)
+int m40_mv_args_add_rms(const struct m40_cuda_matrix *w, const float *x, size_t ldx, float *y,
+                        size_t ldy, uint32_t batch, const struct m40_cuda_rms *rms,
+                        struct mv_args *a)
 {
-        struct mv_args a;
-        int r = check(w, x, ldx, y, ldy, batch, M40_CUDA_MATVEC_MAX_BATCH, &a);
+        int r = check(w, x, ldx, y, ldy, batch, M40_CUDA_MATVEC_MAX_BATCH, a);
 
         if (r < 0)
                 return r;
@@ -373,25 +388,32 @@ extern "C" int m40_cuda_matvec_add_rms(const struct m40_cuda_matrix *w, const fl
                 if ((gb < xe && xb < ge) || (gb < ye && yb < ge))
                         return -EINVAL;
         }
-        a.add = true;
-        a.rms.g = rms->g;
-        a.rms.xg = rms->g ? rms->xg : NULL;
-        a.rms.ldxg = (int)rms->ldxg;
-        a.rms.ss_part = rms->partial;
-        a.rms.ss_count = rms->count;
-        a.rms_mode = 2;
-        l2_hint(&a, rms);
-        return launch(&a, 1, w->type, stream);
+        a->add = true;
+        a->rms.g = rms->g;
+        a->rms.xg = rms->g ? rms->xg : NULL;
+        a->rms.ldxg = (int)rms->ldxg;
+        a->rms.ss_part = rms->partial;
+        a->rms.ss_count = rms->count;
+        a->rms_mode = 2;
+        l2_hint(a, rms);
+        return 0;
 }
 
-extern "C" int m40_cuda_matmul_qkv_rope(const struct m40_cuda_matrix *w, const float *xg,
-                                        size_t ldx, const struct m40_cuda_rms *rms,
-                                        const struct m40_cuda_rope *rope,
-                                        const struct m40_cuda_kv *kv, uint32_t head_dim,
-                                        float *const *y, const size_t *ldy, uint32_t batch,
-                                        struct CUstream_st *stream)
+extern "C" int m40_cuda_matvec_add_rms(const struct m40_cuda_matrix *w, const float *x, size_t ldx,
+                                       float *y, size_t ldy, uint32_t batch,
+                                       const struct m40_cuda_rms *rms, struct CUstream_st *stream)
 {
-        struct mv_args a[MV_MAX_MATS];
+        struct mv_args a;
+        const int r = m40_mv_args_add_rms(w, x, ldx, y, ldy, batch, rms, &a);
+
+        return r < 0 ? r : launch(&a, 1, w->type, stream);
+}
+
+int m40_mv_args_qkv_rope(const struct m40_cuda_matrix *w, const float *xg, size_t ldx,
+                         const struct m40_cuda_rms *rms, const struct m40_cuda_rope *rope,
+                         const struct m40_cuda_kv *kv, uint32_t head_dim, float *const *y,
+                         const size_t *ldy, uint32_t batch, struct mv_args a[MV_MAX_MATS])
+{
         int r;
 
         if (!w || !y || !ldy || !rope || !rope->cs || !kv || !kv->base || !kv->page_tokens ||
@@ -405,19 +427,34 @@ extern "C" int m40_cuda_matmul_qkv_rope(const struct m40_cuda_matrix *w, const f
                     : -EINVAL;
         if (r < 0)
                 return r;
-        if (rope->neox || rows_of(w[0].type, batch) < 2) { /* pairs not in one warp */
+        if (rope->neox || rows_of(w[0].type, batch) < 2) /* pairs not in one warp */
+                return -ENOTSUP;
+        rms_consumer(&a[0], rms, 4);
+        a[0].rope.cs = rope->cs;
+        a[0].rope.n_rot = (int)rope->n_rot;
+        a[0].rope.hd = (int)head_dim;
+        a[0].rope.kv = *kv;
+        return 0;
+}
+
+extern "C" int m40_cuda_matmul_qkv_rope(const struct m40_cuda_matrix *w, const float *xg,
+                                        size_t ldx, const struct m40_cuda_rms *rms,
+                                        const struct m40_cuda_rope *rope,
+                                        const struct m40_cuda_kv *kv, uint32_t head_dim,
+                                        float *const *y, const size_t *ldy, uint32_t batch,
+                                        struct CUstream_st *stream)
+{
+        struct mv_args a[MV_MAX_MATS];
+        int r = m40_mv_args_qkv_rope(w, xg, ldx, rms, rope, kv, head_dim, y, ldy, batch, a);
+
+        if (r == -ENOTSUP) { /* the products, then RoPE and the store */
                 r = m40_cuda_matmul_n_rms(w, 3, xg, ldx, rms, y, ldy, batch, stream);
                 return r ? r
                          : m40_cuda_rope_store(rope, kv, y[0], ldy[0], y[1], y[2], ldy[1],
                                                w[0].n_out / head_dim, w[1].n_out / head_dim,
                                                head_dim, batch, stream);
         }
-        rms_consumer(&a[0], rms, 4);
-        a[0].rope.cs = rope->cs;
-        a[0].rope.n_rot = (int)rope->n_rot;
-        a[0].rope.hd = (int)head_dim;
-        a[0].rope.kv = *kv;
-        return launch(a, 3, w[0].type, stream);
+        return r < 0 ? r : launch(a, 3, w[0].type, stream);
 }
 
 /* Steps up to this many tokens take the matrix-vector kernel in the forward pass
