@@ -21,6 +21,7 @@
 #include "cuda/runtime/alloc.h"
 #include "cuda/engine/cuda_engine.h"
 #include "cuda/engine/cuda_forward.h"
+#include "cuda/kernels/persist_step.h"
 #include "cuda/runtime/launch.h"
 #include "cuda/runtime/loader.h"
 #include "cuda/kernels/ops.h"
@@ -220,6 +221,33 @@ static void load_note(void *user, const char *msg)
                 lim->load_note(lim->load_ctx, msg);
 }
 
+/* use_mode - the decode mode of the limits (engine.h, enum m40_engine_mode) on fwd: the
+ * persistent step kernel when asked for and the model takes it; a model it does not take
+ * runs per step, and the load note says why. */
+static int use_mode(const struct m40_core *c, struct m40_cuda_fwd *fwd, char *err, size_t errlen)
+{
+        char why[256] = "";
+        int r;
+
+        const uint32_t mode = c->lim.mode != M40_ENGINE_MODE_DEFAULT ? c->lim.mode
+                              : m40_cuda_ps_default()                ? M40_ENGINE_MODE_PERSISTENT
+                                                                     : M40_ENGINE_MODE_STEPS;
+
+        if (mode != M40_ENGINE_MODE_PERSISTENT)
+                return 0;
+        r = m40_cuda_fwd_persistent(fwd, why, sizeof(why));
+        if (r == -ENOTSUP) {
+                char msg[320];
+
+                snprintf(msg, sizeof(msg), "%s; decode steps run per layer", why);
+                load_note((void *)&c->lim, msg);
+                return 0;
+        }
+        if (r && err)
+                snprintf(err, errlen, "%s: %s", c->path, why);
+        return r;
+}
+
 /* check_limits - what the device code cannot take: -EINVAL or M40_EUNSUPPORTED with a
  * message in err, else 0. */
 static int check_limits(const struct m40_core *c, const char *path, char *err, size_t errlen)
@@ -263,6 +291,9 @@ int m40_cuda_engine_new(struct m40_gguf *g, const struct m40_engine_limits *lim,
         r = m40_cuda_fwd_new(c->m, device, c->lim.max_batch_tokens, c->lim.max_seqs, c->lim.max_ctx,
                              n_pages, c->lim.page_tokens, c->lim.vram_limit_mb,
                              sample_scratch_bytes(c), &load, &e->fwd, err, errlen);
+        if (r)
+                return m40_core_fail(c, r, err, errlen);
+        r = use_mode(c, e->fwd, err, errlen);
         if (r)
                 return m40_core_fail(c, r, err, errlen);
         m40_cuda_alloc_stats(m40_cuda_fwd_alloc(e->fwd), &as);

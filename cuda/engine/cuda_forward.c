@@ -28,6 +28,7 @@
 #include "cuda/kernels/gemm.h"
 #include "cuda/kernels/matvec.h"
 #include "cuda/kernels/ops.h"
+#include "cuda/kernels/persist_step.h"
 #include "engine/kv.h"
 
 /* The fewest tokens of a one-sequence step whose attention takes the query-tile kernel
@@ -301,18 +302,8 @@ static int64_t pack(struct m40_cuda_fwd *f, const struct m40_fwd_tok *toks, uint
 static int forward(struct m40_cuda_fwd *f, uint32_t n, uint32_t n_rows, uint32_t max_pos)
 {
         const struct m40_model *m = f->m;
-        int32_t *d_tok = f->meta_d, *d_idx = d_tok + f->max_tokens, *d_arg = d_idx + f->max_rows;
-        uint32_t *d_pos = (uint32_t *)(d_arg + f->max_rows), *d_tbl = d_pos + f->max_tokens;
-        struct m40_cuda_kv kv = {
-                .base = f->kv,
-                .page_elems = f->page_elems,
-                .v_off = f->v_off,
-                .page_tokens = f->page_tokens,
-                .kv_dim = m->kv_dim,
-                .pos = d_pos,
-                .tbl = d_tbl,
-                .pages = d_tbl + f->max_tokens,
-        };
+        int32_t *d_tok = f->meta_d, *d_idx = d_tok + f->max_tokens;
+        struct m40_cuda_kv kv = fwd_kv(f);
         int r;
 
         struct m40_cuda_rms ro = f->rms;
@@ -321,7 +312,14 @@ static int forward(struct m40_cuda_fwd *f, uint32_t n, uint32_t n_rows, uint32_t
         r = m40_cuda_embed_rms(f->mw.tok_embd.data, f->mw.tok_embd.type, f->mw.tok_embd.row_bytes,
                                m->dim, d_tok, n, f->x, f->ld_dim, fused(f, n) ? &ro : NULL,
                                f->stream);
-        for (uint32_t i = 0; i < m->n_layers && !r; i++) {
+        /* one-token steps: the layers in one launch of the persistent step kernel, when the
+         * engine set it up and the step's positions are within its reach */
+        const int ps =
+                !r && n == 1 && f->ps ? m40_cuda_ps_run(f->ps, max_pos, f->stream) : -ENOTSUP;
+
+        if (ps != -ENOTSUP)
+                r = ps;
+        for (uint32_t i = 0; i < m->n_layers && !r && ps == -ENOTSUP; i++) {
                 kv.layer = i;
                 r = layer(f, &f->mw.layers[i], i + 1 < m->n_layers ? &f->mw.layers[i + 1] : NULL,
                           &kv, n, max_pos);

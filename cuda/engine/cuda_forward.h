@@ -39,6 +39,11 @@ int m40_cuda_fwd_new(const struct m40_model *m, int device, uint32_t max_tokens,
                      const struct m40_cuda_load_opts *load, struct m40_cuda_fwd **ret, char *err,
                      size_t errlen);
 
+/* m40_cuda_fwd_persistent - run the one-token steps from now on in the persistent step
+ * kernel (cuda/kernels/persist_step.h). 0; -ENOTSUP with the reason in err when the
+ * model is not one it takes (f then goes on per step); M40_ECUDA, -ENOMEM. */
+int m40_cuda_fwd_persistent(struct m40_cuda_fwd *f, char *err, size_t errlen);
+
 /* m40_cuda_fwd_free - accepts NULL; returns NULL. */
 struct m40_cuda_fwd *m40_cuda_fwd_free(struct m40_cuda_fwd *f);
 

@@ -15,6 +15,7 @@
 #include "cuda/engine/cuda_weights.h"
 #include "cuda/kernels/gemm.h"
 #include "cuda/kernels/matvec.h"
+#include "cuda/kernels/ops.h"
 #include "engine/model.h"
 
 /* Steps of fewer tokens than this (decode, short prompt chunks) run as CUDA graphs:
@@ -80,8 +81,32 @@ struct m40_cuda_fwd {
         /* shapes run once without a graph (exec unused), a ring: the next to go at seen_at */
         struct fwd_graph seen[FWD_SEEN];
         uint32_t n_seen, seen_at;
+        /* the persistent step kernel of one-token steps (m40_cuda_fwd_persistent()); NULL:
+         * every step per layer. Its plan and counters live in ps_mem (scratch). */
+        struct m40_cuda_ps *ps;
+        void *ps_mem;
         bool no_graphs; /* a capture failed: launch directly from then on */
         bool one_seq;   /* the step's tokens are all of one sequence (cuda_forward.c, pack()) */
 };
+
+/* fwd_kv - the KV cache as the kernels see it, for the step data in meta_d (tok | idx |
+ * argmax | pos | tbl | pages); layer 0. */
+static inline struct m40_cuda_kv fwd_kv(const struct m40_cuda_fwd *f)
+{
+        const int32_t *d_arg = (const int32_t *)f->meta_d + f->max_tokens + f->max_rows;
+        const uint32_t *d_pos = (const uint32_t *)(d_arg + f->max_rows);
+        const uint32_t *d_tbl = d_pos + f->max_tokens;
+
+        return (struct m40_cuda_kv){
+                .base = f->kv,
+                .page_elems = f->page_elems,
+                .v_off = f->v_off,
+                .page_tokens = f->page_tokens,
+                .kv_dim = f->m->kv_dim,
+                .pos = d_pos,
+                .tbl = d_tbl,
+                .pages = d_tbl + f->max_tokens,
+        };
+}
 
 #endif

@@ -7,6 +7,7 @@
 #include "cuda/engine/cuda_forward.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -17,6 +18,7 @@
 #include "cuda/engine/l2_plan.h"
 #include "cuda/kernels/gemm.h"
 #include "cuda/kernels/matvec.h"
+#include "cuda/kernels/persist_step.h"
 #include "cuda/kernels/ops.h"
 #include "cuda/runtime/alloc.h"
 #include "cuda/runtime/device.h"
@@ -51,6 +53,7 @@ static int scratch(struct m40_cuda_fwd *f, char *err, size_t errlen)
         f->rms.ldxg = f->ld_dim;
         r = r ? r : m40_cuda_scratch_f32(f->a, f->rms.partial_bytes / 4, &f->rms.partial);
         r = r ? r : m40_cuda_scratch_alloc(f->a, sizeof(unsigned), (void **)&f->rms.count);
+        r = r ? r : m40_cuda_scratch_alloc(f->a, m40_cuda_ps_bytes(f->m->n_layers), &f->ps_mem);
         if (!r && f->part_bytes) { /* its counters start at zero (matvec.h, m40_cuda_mmq) */
                 r = m40_cuda_scratch_alloc(f->a, f->part_bytes, (void **)&f->part);
                 r = r ? r
@@ -237,6 +240,7 @@ int m40_cuda_fwd_new(const struct m40_model *m, int device, uint32_t max_tokens,
                             al(max_tokens * f->ld_kv * 4) * 2 + al(max_tokens * f->ld_ff * 4) * 2;
         cfg.scratch_bytes += extra_scratch;
         cfg.scratch_bytes += al(M40_CUDA_RMS_PARTIAL_BYTES(m->dim)) + al(sizeof(unsigned));
+        cfg.scratch_bytes += al(m40_cuda_ps_bytes(m->n_layers));
         cfg.scratch_bytes += al(m40_cuda_model_weights_bounce(m));
         f->attn_ws_bytes = m40_cuda_attention_workspace(max_tokens, m->n_heads,
                                                         max_ctx ? max_ctx - 1 : 0, m->head_dim);
@@ -288,12 +292,91 @@ out:
         return r;
 }
 
+/* Why the persistent step kernel does not take f's model, or NULL when nothing here
+ * says so (m40_cuda_ps_new() checks the rest). */
+static const char *ps_refusal(const struct m40_cuda_fwd *f)
+{
+        const struct m40_cuda_layer_weights *l = f->mw.layers;
+
+        if (f->mv_max < 1)
+                return "one-token steps do not take the fused matrix-vector kernels";
+        for (uint32_t i = 0; i < f->m->n_layers; i++)
+                if (l[i].bq || l[i].bk || l[i].bv)
+                        return "the model has q/k/v biases";
+        if (f->m->rope.neox)
+                return "the model's RoPE rotates halves (neox), not adjacent pairs";
+        return NULL;
+}
+
+int m40_cuda_fwd_persistent(struct m40_cuda_fwd *f, char *err, size_t errlen)
+{
+        const struct m40_model *m = f->m;
+        struct m40_cuda_ps_layer *ls;
+        struct m40_cuda_ps_desc d = {0};
+        const char *why = ps_refusal(f);
+        int r;
+
+        if (f->ps)
+                return 0;
+        if (why) {
+                if (err)
+                        snprintf(err, errlen, "persistent mode: %s", why);
+                return -ENOTSUP;
+        }
+        ls = calloc(m->n_layers, sizeof(*ls));
+        if (!ls)
+                return -ENOMEM;
+        for (uint32_t i = 0; i < m->n_layers; i++) {
+                const struct m40_cuda_layer_weights *l = &f->mw.layers[i];
+
+                ls[i] = (struct m40_cuda_ps_layer){l->wq,   l->wk,        l->wv,
+                                                   l->wo,   l->gate,      l->up,
+                                                   l->down, l->attn_norm, l->ffn_norm};
+        }
+        d.n_layers = m->n_layers;
+        d.layers = ls;
+        d.n_heads = m->n_heads;
+        d.n_kv_heads = m->n_kv_heads;
+        d.head_dim = m->head_dim;
+        d.scale = 1.0f / sqrtf((float)m->head_dim);
+        d.max_ctx = f->max_ctx;
+        d.x = f->x;
+        d.xn = f->xn;
+        d.q = f->q;
+        d.k = f->k;
+        d.v = f->v;
+        d.att = f->att;
+        d.gate = f->gate;
+        d.up = f->up;
+        d.ld_dim = f->ld_dim;
+        d.ld_q = f->ld_q;
+        d.ld_kv = f->ld_kv;
+        d.ld_ff = f->ld_ff;
+        d.rms = f->rms;
+        d.rope = (struct m40_cuda_rope){f->mw.rope_cs, m->rope.n_rot, m->rope.neox};
+        d.kv = fwd_kv(f);
+        d.attn_ws = f->attn_ws;
+        d.attn_ws_bytes = f->attn_ws_bytes;
+        d.pf_bytes = f->pf_bytes;
+        r = m40_cuda_ps_new(&d, f->ps_mem, m40_cuda_ps_bytes(m->n_layers), &f->ps);
+        free(ls);
+        if (r == -ENOTSUP && err)
+                snprintf(err, errlen,
+                         "persistent mode: the layers' matrices are not all of one type it takes, "
+                         "or the attention's shape is not one it takes");
+        else if (r && err)
+                snprintf(err, errlen, "persistent mode: %s",
+                         r == M40_ECUDA ? m40_cuda_last_error() : m40_strerror(r));
+        return r;
+}
+
 struct m40_cuda_fwd *m40_cuda_fwd_free(struct m40_cuda_fwd *f)
 {
         if (!f)
                 return NULL;
         for (uint32_t i = 0; i < f->n_graphs; i++)
                 cudaGraphExecDestroy(f->graphs[i].exec);
+        m40_cuda_ps_free(f->ps);
         m40_cuda_gemm_free(f->gemm); /* before its stream goes */
         if (f->stream) {
                 cudaStreamSynchronize(f->stream);

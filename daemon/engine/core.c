@@ -271,6 +271,11 @@ static int core_open(struct m40_core *c, const struct m40_core_backend *be, stru
                         snprintf(err, errlen, "unknown activation mode %u", c->lim.act);
                 return -EINVAL;
         }
+        if (c->lim.mode > M40_ENGINE_MODE_PERSISTENT) {
+                if (err)
+                        snprintf(err, errlen, "unknown engine mode %u", c->lim.mode);
+                return -EINVAL;
+        }
         if (be->act_f32_only && c->lim.act == M40_ACT_GGML) {
                 if (err)
                         snprintf(err, errlen,

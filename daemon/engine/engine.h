@@ -159,6 +159,18 @@ enum m40_act {
  * fewer when max_seqs sequences at max_ctx need less, more when one needs more. */
 #define M40_CPU_ENGINE_KV_DEFAULT_MIB 512u
 
+/* How the CUDA engine runs a decode step (m40_engine_limits.mode):
+ * STEPS        a CUDA graph of a few kernels per layer (the reference);
+ * PERSISTENT   one-token steps in one launch of the persistent step kernel
+ *              (cuda/kernels/persist_step.h), where the model takes it; other steps,
+ *              and models it does not take, per step (the engine says so at start).
+ * DEFAULT: the CUDA engine's build-time choice (persist_step.h, m40_cuda_ps_default()). */
+enum m40_engine_mode {
+        M40_ENGINE_MODE_DEFAULT = 0,
+        M40_ENGINE_MODE_STEPS = 1,
+        M40_ENGINE_MODE_PERSISTENT = 2,
+};
+
 /* The engine's limits. kv_bytes 0 is the engine's default KV cache, at most enough for
  * max_seqs sequences at max_ctx and at least for one: the CPU engine takes up to
  * M40_CPU_ENGINE_KV_DEFAULT_MIB, the CUDA engine what the GPU has free after the weights
@@ -193,6 +205,9 @@ struct m40_engine_limits {
          * at creation). */
         uint32_t n_eog;
         int32_t eog[M40_MAX_EOG_IDS];
+        /* How decode steps run (enum m40_engine_mode): 0 the engine's default. The CPU
+         * engine has one way and ignores it. */
+        uint32_t mode;
 };
 
 struct m40_engine_model {

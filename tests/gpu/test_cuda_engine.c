@@ -46,62 +46,7 @@
 #include "enginetest.h"
 
 #define LOGIT_TOL 1e-3
-#define MAX_SEQS  4
-
-struct run {
-        uint32_t n_gen[MAX_SEQS];
-        int32_t toks[MAX_SEQS][128];
-        float *logits[MAX_SEQS];
-};
-
-static int drive(struct m40_engine *e, uint32_t n_seqs, uint32_t s0, const uint32_t *lens,
-                 uint32_t n_gen, bool keep, uint32_t n_vocab, struct run *out)
-{
-        uint32_t ids[MAX_SEQS];
-        int32_t prompt[256];
-        struct m40_event ev[64];
-        int r;
-
-        memset(out->n_gen, 0, sizeof(out->n_gen));
-        for (uint32_t s = 0; s < n_seqs; s++) {
-                struct m40_seq_params p = {.prompt = prompt, .n_prompt = lens[s]};
-
-                for (uint32_t i = 0; i < lens[s]; i++)
-                        prompt[i] = (int32_t)((i * 7919u + (s + s0) * 104729u + 13u) % n_vocab);
-                p.sampling = m40_sampling_default();
-                p.stop = m40_stop_default();
-                p.stop.max_tokens = n_gen;
-                p.stop.ignore_eos = true;
-                p.keep_logits = keep;
-                r = m40_engine_admit(e, &p, &ids[s]);
-                if (r)
-                        return r;
-        }
-        for (;;) {
-                size_t n;
-
-                r = m40_engine_step(e);
-                if (r < 0)
-                        return r;
-                while ((n = m40_engine_events(e, ev, 64)) > 0)
-                        for (size_t i = 0; i < n; i++)
-                                for (uint32_t s = 0; s < n_seqs; s++)
-                                        if (ev[i].seq == ids[s] && ev[i].token >= 0 &&
-                                            out->n_gen[s] < 128)
-                                                out->toks[s][out->n_gen[s]++] = ev[i].token;
-                if (r == 0)
-                        break;
-        }
-        for (uint32_t s = 0; s < n_seqs && keep; s++) {
-                out->logits[s] = malloc(n_vocab * sizeof(float));
-                if (!out->logits[s])
-                        return -ENOMEM;
-                r = m40_engine_logits(e, ids[s], out->logits[s], n_vocab);
-                if (r)
-                        return r;
-        }
-        return 0;
-}
+#define MAX_SEQS  ENGINE_RUN_SEQS
 
 /* tie_gap - where the CUDA engine picked another token than the CPU engine at step d of
  * sequence s, how far below the CPU's pick the CUDA pick is in the CPU's own logits
@@ -109,10 +54,11 @@ static int drive(struct m40_engine *e, uint32_t n_seqs, uint32_t s0, const uint3
 static double tie_gap(struct m40_engine *cpu, uint32_t s, uint32_t len, uint32_t d, int32_t tc,
                       int32_t tg, uint32_t n_vocab)
 {
-        static struct run r;
+        static struct engine_run r;
         double maxl = 1, gap = -1;
 
-        if (drive(cpu, 1, s, &len, d + 1, true, n_vocab, &r) == 0 && r.n_gen[0] == d + 1) {
+        if (engine_drive(cpu, 1, s, &len, (const uint32_t[]){d + 1}, true, n_vocab, &r) == 0 &&
+            r.n_gen[0] == d + 1) {
                 for (uint32_t i = 0; i < n_vocab; i++)
                         maxl = fmax(maxl, fabs(r.logits[0][i]));
                 gap = (r.logits[0][tc] - r.logits[0][tg]) / maxl;
@@ -123,8 +69,8 @@ static double tie_gap(struct m40_engine *cpu, uint32_t s, uint32_t len, uint32_t
 }
 
 static void compare(struct m40_engine *cpu, const char *name, const char *what, uint32_t n_seqs,
-                    const uint32_t *lens, const struct run *c, const struct run *g, bool keep,
-                    uint32_t n_vocab)
+                    const uint32_t *lens, const struct engine_run *c, const struct engine_run *g,
+                    bool keep, uint32_t n_vocab)
 {
         for (uint32_t s = 0; s < n_seqs; s++) {
                 uint32_t same = 0;
@@ -165,13 +111,6 @@ static void compare(struct m40_engine *cpu, const char *name, const char *what, 
         }
 }
 
-static void free_run(struct run *r)
-{
-        for (int s = 0; s < MAX_SEQS; s++)
-                free(r->logits[s]);
-        memset(r, 0, sizeof(*r));
-}
-
 static const char *base_name(const char *path)
 {
         return strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
@@ -190,35 +129,36 @@ static void one_model(const char *path, uint32_t n_gen)
         /* one sequence of 20 tokens (graph steps), one of 100 (a 100-token step of one
          * sequence: the query-tiled m40_cuda_attention_prompt()) */
         const uint32_t single[] = {20, 100}, batch[] = {1, 5, 70, 150};
+        const uint32_t gen[MAX_SEQS] = {n_gen, n_gen, n_gen, n_gen};
         const char *single_what[] = {"single", "long"};
         struct m40_engine *cpu = NULL, *gpu = NULL;
         struct m40_engine_model mi;
-        static struct run rc, rg;
+        static struct engine_run rc, rg;
         int r;
 
         if (engines_open(path, &lim, &cpu, &gpu))
                 return;
         m40_engine_model(gpu, &mi);
         for (int i = 0; i < 2; i++) {
-                r = drive(cpu, 1, 0, &single[i], n_gen, false, mi.n_vocab, &rc);
-                r = r ? r : drive(gpu, 1, 0, &single[i], n_gen, false, mi.n_vocab, &rg);
+                r = engine_drive(cpu, 1, 0, &single[i], gen, false, mi.n_vocab, &rc);
+                r = r ? r : engine_drive(gpu, 1, 0, &single[i], gen, false, mi.n_vocab, &rg);
                 if (r)
                         fail("%s %s: %d (%s) %s", name, single_what[i], r, m40_strerror(r),
                              m40_cuda_last_error());
                 else
                         compare(cpu, name, single_what[i], 1, &single[i], &rc, &rg, false,
                                 mi.n_vocab);
-                free_run(&rc);
-                free_run(&rg);
+                engine_run_free(&rc);
+                engine_run_free(&rg);
         }
-        r = drive(cpu, MAX_SEQS, 0, batch, n_gen, true, mi.n_vocab, &rc);
-        r = r ? r : drive(gpu, MAX_SEQS, 0, batch, n_gen, true, mi.n_vocab, &rg);
+        r = engine_drive(cpu, MAX_SEQS, 0, batch, gen, true, mi.n_vocab, &rc);
+        r = r ? r : engine_drive(gpu, MAX_SEQS, 0, batch, gen, true, mi.n_vocab, &rg);
         if (r)
                 fail("%s batch: %d (%s) %s", name, r, m40_strerror(r), m40_cuda_last_error());
         else
                 compare(cpu, name, "batch", MAX_SEQS, batch, &rc, &rg, true, mi.n_vocab);
-        free_run(&rc);
-        free_run(&rg);
+        engine_run_free(&rc);
+        engine_run_free(&rg);
         m40_engine_free(gpu);
         m40_engine_free(cpu);
 }

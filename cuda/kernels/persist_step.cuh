@@ -1,0 +1,266 @@
+/* cuda/kernels/persist_step.cuh - the persistent step kernel k_ps and what its host side
+ * shares with the family files that instantiate it (persist_step_f.cu, _q.cu, _k.cu); the
+ * host side is persist_step.cu, the contract persist_step.h.
+ *
+ * k_ps<T> - blocks of MV_THREADS (256) threads, grid = the blocks the GPU holds at once.
+ *   Per layer, five phases: q/k/v (k_matvec MODE 4), attention (k_attention_g<2>'s
+ *   blocks), wo (MODE 2), gate and up (MODE 3), down (MODE 2). In a product phase,
+ *   block b does the per-step launch's blocks b, b + G, b + 2G, ... (mv_block()); in the
+ *   attention phase, its (head, split) blocks the same way. A grid barrier (persist.cuh)
+ *   separates phases, since each reads what the whole previous one wrote (the fused
+ *   norm's scales need every partial; attention every q and KV row of its head; the
+ *   products every activation). The phase's plan (struct ps_phase, ~300 bytes) is
+ *   copied to shared memory first, so mv_block() reads its fields there.
+ * Barrier targets: the counter ctr[0] only grows; each launch adds nbar * G arrivals
+ *   (nbar = 5 n_layers - 1), and ctr[1] counts the launches (block 0 adds one when it
+ *   is done; every block read it before its first arrival, and the next launch starts
+ *   after this one ends, stream order), so launch e waits for e nbar G + n G at its
+ *   n-th barrier: no reset, and a CUDA graph replays the launch unchanged.
+ * Memory: this header defines M40_LD_COHERENT, so the activations, partials, q and KV rows
+ *   that earlier phases of the same launch wrote are read with plain or L2 loads, not
+ *   through the read-only path (persist.cuh, "Memory"); the weights keep __ldg. A file
+ *   includes it before any other kernel header. */
+#ifndef M40_CUDA_PERSIST_STEP_CUH
+#define M40_CUDA_PERSIST_STEP_CUH
+
+#ifdef M40_CUDA_MATVEC_CUH
+#error "persist_step.cuh must come before the other kernel headers (M40_LD_COHERENT)"
+#endif
+#define M40_LD_COHERENT 1
+
+#include <errno.h>
+#include <stdint.h>
+
+#include <cuda_runtime.h>
+
+#include "cuda/kernels/attention_decode.cuh"
+#include "cuda/kernels/matvec_launch.cuh"
+#include "cuda/kernels/persist.cuh"
+#include "cuda/kernels/persist_step.h"
+#include "cuda/runtime/launch.h"
+
+/* Clock cycles a barrier waits before the kernel gives up (about a second at 1-2 GHz):
+ * steps take milliseconds, so only a fault gets there. */
+#define PS_LIMIT  (1ll << 31)
+#define PS_PHASES 4 /* product phases a layer: q/k/v, wo, gate and up, down */
+
+/* One product phase: what a k_matvec launch of the per-step path gets (mv_plan_of() and
+ * its arguments). */
+struct ps_phase {
+        struct mv_mats mm;
+        const float *x;
+        size_t row_bytes;
+        int n_in, ldx, split_log2;
+        unsigned blocks;
+        int vec; /* the launch's VEC (matvec_launch.cuh, launch_matvec()) */
+};
+static_assert(sizeof(struct ps_phase) % 4 == 0, "copied as words");
+
+/* The L2 prefetch of a layer's attention phase: the blocks without attention work ask the
+ * L2 for the first bytes of what the layer reads next (wo, gate, up, down, in order), as the
+ * per-step path's graph branch beside attention does (cuda_forward.c). Knob for A/B
+ * (0: none). */
+#ifndef PS_PF
+#define PS_PF 1
+#endif
+#define PS_PF_RANGES 4
+
+struct ps_layer_plan {
+        struct ps_phase ph[PS_PHASES];
+        const char *pf[PS_PF_RANGES];
+        unsigned pf_lines[PS_PF_RANGES]; /* 128-byte lines from pf[i] */
+};
+
+/* The launch's arguments (by value). */
+struct ps_args {
+        const struct ps_layer_plan *L;
+        int n_layers;
+        struct m40_cuda_kv kv; /* layer set per layer */
+        const float *q;
+        float *att;
+        size_t ldq;
+        struct attn_plan pl;
+        unsigned agx, an_split; /* the attention's grid: (agx, 1, an_split) */
+        unsigned *ctr;          /* [0] barrier arrivals, [1] launches */
+};
+
+/* The blocks per SM k_ps<T>'s register budget keeps room for: 2 (128 registers a thread).
+ * At the per-step kernel's batch-1 budget (mv_minb: 4 blocks of 64 registers for Q4_0 and
+ * Q8_0) the attention, which needs more, makes the whole kernel spill (~1 KB a thread),
+ * and every model measured slower (RESULTS.md, the persistent step kernel's A/Bs). Knob
+ * for A/B (0: mv_minb's). */
+#ifndef PS_MINB
+#define PS_MINB 2
+#endif
+template <int T> struct ps_minb {
+        enum { V = PS_MINB ? PS_MINB : mv_minb<T, 1>::V };
+};
+
+/* Rows a warp takes in the products (mv_rows' R at batch 1; even: MODES 3 and 4 pair
+ * rows); knob for A/B (0: the per-step kernel's, mv_rows). With half the per-step
+ * kernel's warps an SM (PS_MINB), 8 rows a warp keep more loads in flight: faster on the
+ * 8B and 1B shapes, slower on rows of 576 (RESULTS.md); not the default yet: it spills
+ * (~190 bytes a thread for Q4_0) and has not run the correctness test on a GPU. */
+#ifndef PS_R1
+#define PS_R1 0
+#endif
+template <int T> struct ps_shape {
+        enum { R = PS_R1 ? PS_R1 : mv_rows<T, 1>::R, U = mv_unroll<T, 1>::U };
+        static_assert(R % 2 == 0, "rows in pairs");
+};
+
+/* Barrier number ++n of the launch (target: the previous one's). */
+static __device__ __forceinline__ void ps_sync(unsigned *ctr, unsigned &target)
+{
+        target += gridDim.x;
+        if (!ps_grid_sync(ctr, target, PS_LIMIT))
+                __trap();
+}
+
+/* Block b of n's share of layer L's prefetch (a prefetch returns nothing: no wait). */
+static __device__ __forceinline__ void ps_prefetch(const struct ps_layer_plan *L, unsigned b,
+                                                   unsigned n)
+{
+        for (int r = 0; r < PS_PF_RANGES; r++) {
+                const char *p = L->pf[r];
+                const unsigned lines = L->pf_lines[r];
+
+                for (unsigned i = b * MV_THREADS + threadIdx.x; i < lines; i += n * MV_THREADS)
+                        asm volatile("prefetch.L2 [%0];" : : "l"(p + (size_t)i * 128));
+        }
+}
+
+/* Whether the phases are calls of their own (PS_CALLS 1) instead of inlined into k_ps,
+ * each with its own register allocation within the kernel's budget (so the attention's
+ * registers would not make the products spill): measured slower on every model, the
+ * calls' convention costing more (RESULTS.md). Knob for A/B. */
+#ifndef PS_CALLS
+#define PS_CALLS 0
+#endif
+#if PS_CALLS
+#define PS_PHASE __noinline__
+#else
+#define PS_PHASE __forceinline__
+#endif
+
+/* This block's share of the attention phase of layer kv.layer. */
+static __device__ PS_PHASE void ps_attention(const struct ps_args &a, const struct m40_cuda_kv &kv,
+                                             unsigned items, float *sh)
+{
+        for (unsigned it = blockIdx.x; it < items; it += gridDim.x)
+                attn_g_block<2>(kv, a.q, a.ldq, a.att, a.ldq, a.pl, it % a.agx, 0, it / a.agx,
+                                a.agx, sh);
+}
+
+/* This block's share of a product phase's blocks, with loads of whole vectors or not. */
+template <int T, int MODE, bool VEC>
+static __device__ __forceinline__ void ps_blocks(const struct ps_phase &s)
+{
+        enum { R = ps_shape<T>::R, U = ps_shape<T>::U };
+
+        for (unsigned vb = blockIdx.x; vb < s.blocks; vb += gridDim.x)
+                mv_block<T, 1, R, VEC, MODE, U>(s.mm, s.row_bytes, s.n_in, s.x, s.ldx, 1,
+                                                s.split_log2, vb, s.blocks);
+}
+
+/* A product phase: g's plan into s (shared), then this block's share of its blocks; the
+ * types that have a form without whole-vector loads take it where the launch would
+ * (launch_matvec()), the others have only the vector form. */
+template <int T, int MODE>
+static __device__ PS_PHASE void ps_products(const struct ps_phase *g, struct ps_phase &s)
+{
+        const unsigned *src = (const unsigned *)g;
+        unsigned *dst = (unsigned *)&s;
+
+        __syncthreads(); /* no thread reads the previous phase's copy any more */
+        for (unsigned i = threadIdx.x; i < sizeof(s) / 4; i += blockDim.x)
+                dst[i] = src[i];
+        __syncthreads();
+        if ((qt<T>::TAIL || qt<T>::SPLIT) && !s.vec)
+                ps_blocks<T, MODE, false>(s);
+        else
+                ps_blocks<T, MODE, true>(s);
+}
+
+template <int T>
+static __global__ void __launch_bounds__(MV_THREADS, ps_minb<T>::V) k_ps(const struct ps_args a)
+{
+        extern __shared__ __align__(16) float sh[];
+        __shared__ struct ps_phase s;
+        const unsigned G = gridDim.x, items = a.agx * a.an_split;
+        const unsigned gen = *(const volatile unsigned *)(a.ctr + 1);
+        unsigned target = gen * ((5u * (unsigned)a.n_layers - 1u) * G);
+        struct m40_cuda_kv kv = a.kv;
+
+        for (int l = 0; l < a.n_layers; l++) {
+                const struct ps_layer_plan *L = a.L + l;
+
+                if (l)
+                        ps_sync(a.ctr, target);
+                ps_products<T, 4>(&L->ph[0], s);
+                ps_sync(a.ctr, target);
+                kv.layer = (uint32_t)l;
+                ps_attention(a, kv, items, sh);
+                if (PS_PF && blockIdx.x >= items)
+                        ps_prefetch(L, blockIdx.x - items, G - items);
+                ps_sync(a.ctr, target);
+                ps_products<T, 2>(&L->ph[1], s);
+                ps_sync(a.ctr, target);
+                ps_products<T, 3>(&L->ph[2], s);
+                ps_sync(a.ctr, target);
+                ps_products<T, 2>(&L->ph[3], s);
+        }
+        if (blockIdx.x == 0 && threadIdx.x == 0)
+                *(volatile unsigned *)(a.ctr + 1) = gen + 1;
+}
+
+template <int T> struct ps_typed {
+        static int plan(const struct mv_args *a, int n, int sms, struct ps_phase *ph)
+        {
+                struct mv_plan p;
+
+                mv_plan_of<T, 1, ps_shape<T>::R>(a, n, sms, &p);
+                ph->vec = a[0].vec;
+                ph->mm = p.mm;
+                ph->x = a[0].x;
+                ph->row_bytes = a[0].row_bytes;
+                ph->n_in = a[0].n_in;
+                ph->ldx = a[0].ldx;
+                ph->split_log2 = p.split_log2;
+                ph->blocks = p.blocks;
+                return 0;
+        }
+        static int per_sm(size_t shmem, int *ret)
+        {
+                if (cudaFuncSetAttribute(k_ps<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)shmem) != cudaSuccess ||
+                    cudaOccupancyMaxActiveBlocksPerMultiprocessor(ret, k_ps<T>, MV_THREADS,
+                                                                  shmem) != cudaSuccess)
+                        return m40_cuda_launch_status("k_ps occupancy");
+                return 0;
+        }
+        static int launch(const struct ps_args *a, unsigned blocks, size_t shmem, cudaStream_t s)
+        {
+                k_ps<T><<<blocks, MV_THREADS, shmem, s>>>(*a);
+                return m40_cuda_launch_status("k_ps");
+        }
+};
+
+/* The per-type pieces: a phase's plan from its arguments, the kernel's blocks per SM,
+ * and the launch; the family files (persist_step_f.cu, _q.cu, _k.cu) give them for their
+ * types (false for another type). */
+struct ps_ops {
+        int (*plan)(const struct mv_args *a, int n, int sms, struct ps_phase *ph);
+        int (*per_sm)(size_t shmem, int *ret);
+        int (*launch)(const struct ps_args *a, unsigned blocks, size_t shmem, cudaStream_t s);
+};
+bool m40_ps_ops_f(uint32_t type, struct ps_ops *o);
+bool m40_ps_ops_q(uint32_t type, struct ps_ops *o);
+bool m40_ps_ops_k(uint32_t type, struct ps_ops *o);
+
+#define M40_PS_CASE(T)                                                                             \
+        case T:                                                                                    \
+                *o = (struct ps_ops){ps_typed<T>::plan, ps_typed<T>::per_sm, ps_typed<T>::launch}; \
+                return true;
+
+#endif
