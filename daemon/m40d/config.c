@@ -156,6 +156,17 @@ static int engine_key(struct parse *p, const char *key, const char *v)
                         return bad(p, s, key, "expected auto, cuda or cpu");
                 return 1;
         }
+        if (!strcmp(key, "mode")) {
+                if (!strcmp(v, "default"))
+                        c->mode = M40_ENGINE_MODE_DEFAULT;
+                else if (!strcmp(v, "steps"))
+                        c->mode = M40_ENGINE_MODE_STEPS;
+                else if (!strcmp(v, "persistent"))
+                        c->mode = M40_ENGINE_MODE_PERSISTENT;
+                else
+                        return bad(p, s, key, "expected default, steps or persistent");
+                return 1;
+        }
         if (!strcmp(key, "threads"))
                 return get_u32(p, s, key, v, 0, 1024, &c->threads);
         if (!strcmp(key, "max_sequences"))

@@ -30,6 +30,9 @@ struct m40d_config {
         /* an engine step running longer than this is logged as stuck and m40d stops the
          * systemd watchdog's pings until it finishes (main.c serve()); 0: never */
         uint32_t step_timeout_ms;
+        /* how the CUDA engine runs decode steps: enum m40_engine_mode (engine/engine.h); 0
+         * its default */
+        uint32_t mode;
         /* [server] */
         char socket[108];
         char group[64]; /* "" : only root and the daemon's user */

@@ -295,6 +295,7 @@ static int load_model(struct daemon *d)
                 d->cfg.prefill_chunk_tokens ? d->cfg.prefill_chunk_tokens : d->cfg.max_batch_tokens;
         lim.vram_limit_mb = d->cfg.vram_limit_mb;
         lim.n_threads = d->cfg.threads;
+        lim.mode = d->cfg.mode;
         lim.piece = piece;
         lim.piece_ctx = d->v;
         lim.load_progress = on_load_progress;

@@ -167,6 +167,16 @@ static int gpu_peak(int device, struct bench_model *b, char *err, size_t errlen)
 
 /* ---- engine and loader ---- */
 
+/* The engine's load notes: the one about the decode mode kept for the report. */
+static void engine_note(void *ctx, const char *msg)
+{
+        struct bench_model *b = ctx;
+
+        fprintf(stderr, "m40-bench: engine: %s\n", msg);
+        if (strstr(msg, "persistent mode"))
+                snprintf(b->mode_note, sizeof(b->mode_note), "%s", msg);
+}
+
 static struct m40_engine_limits limits(const struct bench_model_opts *o,
                                        const struct bench_model *b)
 {
@@ -192,6 +202,9 @@ static struct m40_engine_limits limits(const struct bench_model_opts *o,
         lim.prefill_chunk = lim.max_batch_tokens; /* untimed prompts go at full speed */
         lim.kv_bytes = page_bytes * ((dec_pages > pre_pages ? dec_pages : pre_pages) + max_b);
         lim.act = M40_ACT_F32;
+        lim.mode = o->mode;
+        lim.load_note = engine_note;
+        lim.load_ctx = (void *)b; /* the note is the report's, not the model's */
         return lim;
 }
 
@@ -502,6 +515,9 @@ static int run(const struct bench_model_opts *o, struct bench_model *b, char *er
         int r;
 
         snprintf(b->path, sizeof(b->path), "%s", o->path);
+        b->mode = o->mode == M40_ENGINE_MODE_STEPS        ? "steps"
+                  : o->mode == M40_ENGINE_MODE_PERSISTENT ? "persistent"
+                                                          : "default";
         b->copy_gbs = o->copy_gbs;
         r = m40_gguf_open(o->path, &b->g, err, errlen);
         r = r ? r : shape_figures(o, b, err, errlen);

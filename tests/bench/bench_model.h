@@ -44,6 +44,7 @@ struct bench_model_opts {
         uint32_t prefill_reps; /* timed prefill runs (the median is reported) */
         bool load, load_cold;  /* the load tests; cold needs load */
         bool sgemm;            /* the cuBLAS reference of the prefill test */
+        uint32_t mode;         /* the engine's decode mode (engine.h); 0: its default */
         bool verbose;          /* progress notes to stderr */
         double copy_gbs;       /* measured copy bandwidth: what fractions are of */
 };
@@ -88,8 +89,12 @@ struct bench_model {
         /* the model file, opened and parsed once by bench_model_run() for every test (as
          * m40d does); NULL again when it returns */
         struct m40_gguf *g;
-        char name[160];     /* general.name */
-        char wtype[16];     /* ggml type of blk.0.attn_q.weight */
+        char name[160]; /* general.name */
+        char wtype[16]; /* ggml type of blk.0.attn_q.weight */
+        /* the decode mode asked for ("default", "steps", "persistent") and, when the
+         * engine ran another way, its note saying why ("" otherwise) */
+        const char *mode;
+        char mode_note[320];
         uint32_t file_type; /* general.file_type */
         uint32_t n_layers, dim, n_vocab, kv_dim;
         bool tied;

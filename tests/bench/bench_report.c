@@ -69,9 +69,11 @@ void bench_model_text(const struct bench_model *b, FILE *f)
         }
         if (b->n_dec) {
                 fprintf(f,
-                        "\ndecode (greedy, every sequence decoding; FP32 FLOP = 2 x %.3f G "
-                        "params x batch)\n",
-                        b->matrix_params / 1e9);
+                        "\ndecode (mode %s; greedy, every sequence decoding; FP32 FLOP = 2 x "
+                        "%.3f G params x batch)\n",
+                        b->mode, b->matrix_params / 1e9);
+                if (b->mode_note[0])
+                        fprintf(f, "  %s\n", b->mode_note);
                 fprintf(f, "  batch     tok/s   ms/step  GFLOP/s  of FP32 peak   weights GB/s  "
                            "of copy\n");
                 for (int i = 0; i < b->n_dec; i++) {
@@ -140,6 +142,10 @@ void bench_model_json(const struct bench_model *b, FILE *f)
                 b->sync_s, b->evict_s);
         json_load(f, "load_warm", &b->warm);
         json_load(f, "load_cold", &b->cold);
+        fprintf(f, ",\"mode\":");
+        bench_json_string(f, b->mode);
+        fprintf(f, ",\"mode_note\":");
+        bench_json_string(f, b->mode_note);
         fprintf(f, ",\"decode\":[");
         for (int i = 0; i < b->n_dec; i++) {
                 const struct bench_decode *d = &b->dec[i];

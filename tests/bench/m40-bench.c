@@ -21,6 +21,7 @@
 #include "bench_model.h"
 #include "cuda/runtime/device.h"
 #include "cuda/runtime/launch.h"
+#include "engine/engine.h"
 #include "m40-version.h"
 #include "m40/error.h"
 
@@ -47,7 +48,8 @@ static void help(void)
                "                 [--json] [--output FILE]\n"
                "       m40-bench --model FILE [--batches LIST] [--tokens N] [--prompt N]\n"
                "                 [--prefill N] [--prefill-reps N] [--no-load] [--no-load-cold]\n"
-               "                 [--no-decode] [--no-sgemm] [--quiet] [copy options]\n"
+               "                 [--no-decode] [--no-sgemm] [--mode steps|persistent] [--quiet]\n"
+               "                 [copy options]\n"
                "       m40-bench --help | --version\n"
                "\n"
                "DESCRIPTION\n"
@@ -168,6 +170,12 @@ static void help(void)
                "              Skip the decode tests.\n"
                "       --no-sgemm\n"
                "              Skip the cuBLAS reference of the prefill test.\n"
+               "       --mode steps|persistent\n"
+               "              How the engine runs decode steps (m40d.ini's [engine] mode):\n"
+               "              steps, a CUDA graph of a few kernels per layer, or persistent,\n"
+               "              one-token steps in one launch of the persistent step kernel\n"
+               "              where the model takes it (a note says when it does not).\n"
+               "              Default: the engine's.\n"
                "       -q, --quiet\n"
                "              No progress notes on standard error.\n"
                "       -h, --help\n"
@@ -254,6 +262,7 @@ enum {
         O_NO_COLD,
         O_NO_DECODE,
         O_NO_SGEMM,
+        O_MODE,
         O_SYNC,
         O_VERSION
 };
@@ -314,6 +323,14 @@ static int parse_model_opt(int c, const char *arg, struct bench_model_opts *m)
         case O_NO_SGEMM:
                 m->sgemm = false;
                 return 0;
+        case O_MODE:
+                if (!strcmp(arg, "steps") || !strcmp(arg, "persistent")) {
+                        m->mode =
+                                arg[0] == 's' ? M40_ENGINE_MODE_STEPS : M40_ENGINE_MODE_PERSISTENT;
+                        return 0;
+                }
+                fprintf(stderr, "m40-bench: --mode wants steps or persistent: %s\n", arg);
+                return -EINVAL;
         default:
                 return -EINVAL;
         }
@@ -339,6 +356,7 @@ static int parse_args(int argc, char **argv, struct options *o)
                 {"no-load-cold", no_argument, NULL, O_NO_COLD},
                 {"no-decode", no_argument, NULL, O_NO_DECODE},
                 {"no-sgemm", no_argument, NULL, O_NO_SGEMM},
+                {"mode", required_argument, NULL, O_MODE},
                 {"quiet", no_argument, NULL, 'q'},
                 {"help", no_argument, NULL, 'h'},
                 {"version", no_argument, NULL, O_VERSION},
@@ -376,6 +394,7 @@ static int parse_args(int argc, char **argv, struct options *o)
                 case O_NO_COLD:
                 case O_NO_DECODE:
                 case O_NO_SGEMM:
+                case O_MODE:
                         if (parse_model_opt(c, optarg, m) < 0)
                                 return -EINVAL;
                         break;

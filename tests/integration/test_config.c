@@ -140,6 +140,37 @@ static void test_step_timeout(void)
                       "0..86400000");
 }
 
+/* [engine] mode: default, steps or persistent (engine.h's enum m40_engine_mode) */
+static void test_mode(void)
+{
+        static const struct {
+                const char *v;
+                uint32_t mode;
+        } good[] = {{"default", M40_ENGINE_MODE_DEFAULT},
+                    {"steps", M40_ENGINE_MODE_STEPS},
+                    {"persistent", M40_ENGINE_MODE_PERSISTENT}};
+        static const char *const bad[] = {"", "Persistent", "1", "step", "persistent steps"};
+        struct m40d_config c;
+        char ini[256], err[1024];
+        int r;
+
+        m40d_config_default(&c);
+        CHECK(c.mode == M40_ENGINE_MODE_DEFAULT, "mode default %u", c.mode);
+        for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+                snprintf(ini, sizeof(ini), "[engine]\nmode = %s\n", good[i].v);
+                r = load(ini, &c, err, sizeof(err));
+                CHECK(r == 0 && c.mode == good[i].mode, "mode = %s: %d (%s), got %u", good[i].v, r,
+                      err, c.mode);
+        }
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+                snprintf(ini, sizeof(ini), "[engine]\nmode = %s\n", bad[i]);
+                r = load(ini, &c, err, sizeof(err));
+                CHECK(r == -EINVAL && strstr(err, "[engine] mode: ") &&
+                              strstr(err, "expected default, steps or persistent"),
+                      "mode = '%s': %d, message '%s'", bad[i], r, err);
+        }
+}
+
 static void test_sampling(void)
 {
         static const struct {
@@ -292,6 +323,7 @@ int main(int argc, char **argv)
         test_vram_limit();
         test_prefill_chunk();
         test_step_timeout();
+        test_mode();
         test_sampling();
         test_errors();
         test_not_a_file();

@@ -3,7 +3,7 @@
  *   m40-gen -m FILE (-p TEXT | --tokens 1,2,3[;4,5,...]) -n N [--temp T --top-k K
  *           --top-p P --min-p P --repeat-penalty R --seed S] [--threads N]
  *           [--act f32|ggml] [--print-tokens] [--logits-out FILE] [--backend cpu|cuda]
- *           [--ignore-eos] [--stats] [--vram-limit-mb N]
+ *           [--ignore-eos] [--stats] [--vram-limit-mb N] [--mode steps|persistent]
  *
  * Owns nothing but its command line: it admits the prompt as one sequence into the CPU
  * engine, steps until it finishes, prints the generated ids (--print-tokens: space
@@ -19,9 +19,10 @@
  * --print-tokens asks for ids. --backend cuda runs the CUDA engine on GPU 0 (f32
  * activations); --vram-limit-mb caps the device memory it takes (engine.h; a model that
  * does not fit fails with what it needs and what is available; the CPU engine ignores
- * it). Generation ends at the vocabulary's end-of-generation tokens (as in m40d and
- * llama.cpp; the file's EOS/EOT when it has no vocabulary we read) unless --ignore-eos.
- * Exit status: 0 done, 1 runtime failure, 2 usage error. */
+ * it); --mode picks how the CUDA engine runs decode steps (engine.h, enum
+ * m40_engine_mode; the CPU engine ignores it). Generation ends at the vocabulary's
+ * end-of-generation tokens (as in m40d and llama.cpp; the file's EOS/EOT when it has no vocabulary
+ * we read) unless --ignore-eos. Exit status: 0 done, 1 runtime failure, 2 usage error. */
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -48,7 +49,7 @@ static void usage(FILE *f)
                    "               [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R]\n"
                    "               [--seed S] [--threads N] [--act f32|ggml] [--print-tokens]\n"
                    "               [--logits-out FILE] [--backend cpu|cuda] [--ignore-eos]\n"
-                   "               [--stats] [--vram-limit-mb N]\n"
+                   "               [--stats] [--vram-limit-mb N] [--mode steps|persistent]\n"
                    "       m40-gen --help | --version\n");
 }
 
@@ -210,6 +211,13 @@ static int print_text(const struct m40_vocab *v, const int32_t *ids, uint32_t n)
         return fflush(stdout) || r ? -EIO : 0;
 }
 
+/* The engine's load notes (e.g. that the persistent mode does not take the model). */
+static void engine_note(void *ctx, const char *msg)
+{
+        (void)ctx;
+        fprintf(stderr, "m40-gen: %s\n", msg);
+}
+
 int main(int argc, char **argv)
 {
         enum {
@@ -225,6 +233,7 @@ int main(int argc, char **argv)
                 O_BACKEND,
                 O_THREADS,
                 O_ACT,
+                O_MODE,
                 O_IGNORE_EOS,
                 O_STATS,
                 O_VRAM,
@@ -246,6 +255,7 @@ int main(int argc, char **argv)
                 {"backend", required_argument, 0, O_BACKEND},
                 {"threads", required_argument, 0, O_THREADS},
                 {"act", required_argument, 0, O_ACT},
+                {"mode", required_argument, 0, O_MODE},
                 {"ignore-eos", no_argument, 0, O_IGNORE_EOS},
                 {"stats", no_argument, 0, O_STATS},
                 {"vram-limit-mb", required_argument, 0, O_VRAM},
@@ -256,7 +266,7 @@ int main(int argc, char **argv)
         static int32_t prompt[MAX_PROMPT];
         static uint32_t start[MAX_PROMPTS + 1];
         struct m40_seq_params sp = {0};
-        struct m40_engine_limits lim = {0};
+        struct m40_engine_limits lim = {.load_note = engine_note};
         struct m40_engine_model info;
         struct m40_engine *e = NULL;
         const char *model = NULL, *text = NULL, *tokens = NULL, *logits_out = NULL;
@@ -324,6 +334,16 @@ int main(int argc, char **argv)
                                 lim.act = M40_ACT_GGML;
                         } else {
                                 fprintf(stderr, "m40-gen: --act wants f32 or ggml\n");
+                                return 2;
+                        }
+                        break;
+                case O_MODE:
+                        if (strcmp(optarg, "steps") == 0) {
+                                lim.mode = M40_ENGINE_MODE_STEPS;
+                        } else if (strcmp(optarg, "persistent") == 0) {
+                                lim.mode = M40_ENGINE_MODE_PERSISTENT;
+                        } else {
+                                fprintf(stderr, "m40-gen: --mode wants steps or persistent\n");
                                 return 2;
                         }
                         break;
