@@ -62,12 +62,7 @@ int main(void)
         if (!quick)
                 probe(1, 1); /* one stage: the chain's ends */
         m40_cuda_device_free(d);
-        if (failures) {
-                printf("%d check(s) failed\n", failures);
-                return 1;
-        }
-        printf("all checks passed\n");
-        return 0;
+        return finish();
 }
 
 #endif
