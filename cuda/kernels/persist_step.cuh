@@ -143,10 +143,14 @@ static __device__ __forceinline__ void ps_prefetch(const struct ps_layer_plan *L
 #define PS_PHASE __forceinline__
 #endif
 
-/* This block's share of the attention phase of layer kv.layer. */
-static __device__ PS_PHASE void ps_attention(const struct ps_args &a, const struct m40_cuda_kv &kv,
-                                             unsigned items, float *sh)
+/* This block's share of the attention phase of layer l. The KV view is made here, from
+ * the launch's parameters, so that the products phases hold none of it in registers. */
+static __device__ PS_PHASE void ps_attention(const struct ps_args &a, int l, unsigned items,
+                                             float *sh)
 {
+        struct m40_cuda_kv kv = a.kv;
+
+        kv.layer = (uint32_t)l;
         for (unsigned it = blockIdx.x; it < items; it += gridDim.x)
                 attn_g_block<2>(kv, a.q, a.ldq, a.att, a.ldq, a.pl, it % a.agx, 0, it / a.agx,
                                 a.agx, sh);
@@ -190,25 +194,26 @@ static __global__ void __launch_bounds__(MV_THREADS, ps_minb<T>::V) k_ps(const s
         const unsigned G = gridDim.x, items = a.agx * a.an_split;
         const unsigned gen = *(const volatile unsigned *)(a.ctr + 1);
         unsigned target = gen * ((5u * (unsigned)a.n_layers - 1u) * G);
-        struct m40_cuda_kv kv = a.kv;
 
-        for (int l = 0; l < a.n_layers; l++) {
+        /* phase k of layer l: one call site per phase kind, so each MODE's code is in the
+         * kernel once (wo and down share MODE 2's) */
+        for (unsigned p = 0; p < 5u * (unsigned)a.n_layers; p++) {
+                const unsigned l = p / 5, k = p % 5;
                 const struct ps_layer_plan *L = a.L + l;
 
-                if (l)
+                if (p)
                         ps_sync(a.ctr, target);
-                ps_products<T, 4>(&L->ph[0], s);
-                ps_sync(a.ctr, target);
-                kv.layer = (uint32_t)l;
-                ps_attention(a, kv, items, sh);
-                if (PS_PF && blockIdx.x >= items)
-                        ps_prefetch(L, blockIdx.x - items, G - items);
-                ps_sync(a.ctr, target);
-                ps_products<T, 2>(&L->ph[1], s);
-                ps_sync(a.ctr, target);
-                ps_products<T, 3>(&L->ph[2], s);
-                ps_sync(a.ctr, target);
-                ps_products<T, 2>(&L->ph[3], s);
+                if (k == 0) {
+                        ps_products<T, 4>(&L->ph[0], s);
+                } else if (k == 1) {
+                        ps_attention(a, (int)l, items, sh);
+                        if (PS_PF && blockIdx.x >= items)
+                                ps_prefetch(L, blockIdx.x - items, G - items);
+                } else if (k == 3) {
+                        ps_products<T, 3>(&L->ph[2], s);
+                } else {
+                        ps_products<T, 2>(&L->ph[k == 2 ? 1 : 3], s);
+                }
         }
         if (blockIdx.x == 0 && threadIdx.x == 0)
                 *(volatile unsigned *)(a.ctr + 1) = gen + 1;
