@@ -39,7 +39,7 @@ extern "C" bool m40_cuda_ps_default(void)
 
 extern "C" size_t m40_cuda_ps_bytes(uint32_t n_layers)
 {
-        return (size_t)n_layers * sizeof(struct ps_layer_plan) + 16;
+        return (size_t)n_layers * sizeof(struct ps_layer_plan) + 16 + PS_TM_WORDS * 8;
 }
 
 /* Whether every layer matrix of d has the first one's type. */
@@ -135,7 +135,8 @@ static int sm_count(int *ret)
         return 0;
 }
 
-/* The plans of every layer, uploaded to mem; the counters zeroed after them. */
+/* The plans of every layer, uploaded to mem; the counters and PS_TIMING's sums zeroed
+ * after them. */
 static int upload(struct m40_cuda_ps *ps, int sms, void *mem)
 {
         const struct m40_cuda_ps_desc *d = &ps->d;
@@ -146,11 +147,12 @@ static int upload(struct m40_cuda_ps *ps, int sms, void *mem)
         for (uint32_t i = 0; i < d->n_layers && !r; i++)
                 r = layer_plan(ps, i, sms, &h[i]);
         if (!r && (cudaMemcpy(mem, h, bytes, cudaMemcpyHostToDevice) != cudaSuccess ||
-                   cudaMemset((char *)mem + bytes, 0, 16) != cudaSuccess))
+                   cudaMemset((char *)mem + bytes, 0, 16 + PS_TM_WORDS * 8) != cudaSuccess))
                 r = m40_cuda_launch_status("persistent step plan");
         free(h);
         ps->a.L = (const struct ps_layer_plan *)mem;
         ps->a.ctr = (unsigned *)((char *)mem + bytes);
+        ps->a.tm = (unsigned long long *)((char *)mem + bytes + 16);
         return r;
 }
 

@@ -30,6 +30,7 @@
 
 #include <errno.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include <cuda_runtime.h>
 
@@ -82,6 +83,7 @@ struct ps_args {
         struct attn_plan pl;
         unsigned agx, an_split; /* the attention's grid: (agx, 1, an_split) */
         unsigned *ctr;          /* [0] barrier arrivals, [1] launches */
+        unsigned long long *tm; /* PS_TIMING's sums (PS_TM_WORDS) */
 };
 
 /* The blocks per SM k_ps<T>'s register budget keeps room for: 2 (128 registers a thread).
@@ -128,6 +130,26 @@ static __device__ __forceinline__ void ps_prefetch(const struct ps_layer_plan *L
                 for (unsigned i = b * MV_THREADS + threadIdx.x; i < lines; i += n * MV_THREADS)
                         asm volatile("prefetch.L2 [%0];" : : "l"(p + (size_t)i * 128));
         }
+}
+
+/* PS_TIMING (knob for measurement builds, 0: off): block 0's thread 0 reads the global
+ * timer as it leaves each barrier and as it arrives at the next, and adds, per phase kind
+ * (q/k/v, attention, wo, gate and up, down), the time from one barrier's exit to the
+ * next's (the phase, its barrier included) and the part of it block 0 spent waiting
+ * (barrier latency and the other blocks' lag) into a.tm; the last down of a launch, with
+ * no barrier after it, is not counted. When the launch counter reaches PS_TIMING, block
+ * 0 prints the means of the launches so far (a measurement build only: the kernel
+ * prints). */
+#ifndef PS_TIMING
+#define PS_TIMING 0
+#endif
+#define PS_TM_WORDS 11 /* 5 phase sums, 5 wait sums, launches */
+static __device__ __forceinline__ unsigned long long ps_now()
+{
+        unsigned long long t;
+
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+        return t;
 }
 
 /* Whether the phases are calls of their own (PS_CALLS 1) instead of inlined into k_ps,
@@ -195,14 +217,29 @@ static __global__ void __launch_bounds__(MV_THREADS, ps_minb<T>::V) k_ps(const s
         const unsigned gen = *(const volatile unsigned *)(a.ctr + 1);
         unsigned target = gen * ((5u * (unsigned)a.n_layers - 1u) * G);
 
+        const bool tm = PS_TIMING && blockIdx.x == 0 && threadIdx.x == 0;
+        unsigned long long t_exit = tm ? ps_now() : 0, tk[5] = {0, 0, 0, 0, 0},
+                           tw[5] = {0, 0, 0, 0, 0};
+
         /* phase k of layer l: one call site per phase kind, so each MODE's code is in the
          * kernel once (wo and down share MODE 2's) */
         for (unsigned p = 0; p < 5u * (unsigned)a.n_layers; p++) {
                 const unsigned l = p / 5, k = p % 5;
                 const struct ps_layer_plan *L = a.L + l;
 
-                if (p)
+                if (p) {
+                        const unsigned long long t_arr = tm ? ps_now() : 0;
+
                         ps_sync(a.ctr, target);
+                        if (tm) {
+                                const unsigned long long t = ps_now();
+                                const unsigned pk = (k + 4) % 5; /* the phase that ended */
+
+                                tk[pk] += t - t_exit;
+                                tw[pk] += t - t_arr;
+                                t_exit = t;
+                        }
+                }
                 if (k == 0) {
                         ps_products<T, 4>(&L->ph[0], s);
                 } else if (k == 1) {
@@ -213,6 +250,28 @@ static __global__ void __launch_bounds__(MV_THREADS, ps_minb<T>::V) k_ps(const s
                         ps_products<T, 3>(&L->ph[2], s);
                 } else {
                         ps_products<T, 2>(&L->ph[k == 2 ? 1 : 3], s);
+                }
+        }
+        if (tm) {
+                for (int i = 0; i < 5; i++) {
+                        a.tm[i] += tk[i];
+                        a.tm[5 + i] += tw[i];
+                }
+                a.tm[10] += 1;
+                if (gen + 1 == (unsigned)PS_TIMING) {
+                        const double n = (double)a.tm[10], nl = (double)a.n_layers;
+                        const char *name[5] = {"qkv", "attn", "wo", "gateup", "down"};
+
+                        printf("k_ps timing: %.0f launches, %d layers, %u blocks; per token "
+                               "(us), phase with its barrier / block 0's wait in it:\n",
+                               n, a.n_layers, G);
+                        for (int i = 0; i < 5; i++)
+                                printf("k_ps timing: %-6s %8.2f / %8.2f  (%6.2f / %6.2f a "
+                                       "phase)\n",
+                                       name[i], 1e-3 * (double)a.tm[i] / n,
+                                       1e-3 * (double)a.tm[5 + i] / n,
+                                       1e-3 * (double)a.tm[i] / n / (i == 4 ? nl - 1 : nl),
+                                       1e-3 * (double)a.tm[5 + i] / n / (i == 4 ? nl - 1 : nl));
                 }
         }
         if (blockIdx.x == 0 && threadIdx.x == 0)
