@@ -362,8 +362,9 @@ template <int T, int NB> struct mv_ahead {
 
 /* matvec_lane()'s loop over a lane's pieces p_begin + lane, + nlanes, ... below p_end:
  * U pieces loaded, then computed, at a time; with AHEAD (mv_ahead, U = 1), each piece's
- * scales loaded with the quants of the piece before. */
-template <int T, int NB, int R, bool VEC, int U, bool AHEAD = mv_ahead<T, NB>::V> struct mv_pieces {
+ * scales loaded with the quants of the piece before (U = 2 and more: without). */
+template <int T, int NB, int R, bool VEC, int U, bool AHEAD = (mv_ahead<T, NB>::V && U == 1)>
+struct mv_pieces {
         M40_HD void run(const uint8_t *const rp[R], int n_in, int p_begin, int p_end, int lane,
                         int nlanes, const float *x, int ldx, int nb, float acc[R][NB])
         {

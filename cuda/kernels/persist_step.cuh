@@ -106,8 +106,13 @@ template <int T> struct ps_minb {
 #ifndef PS_R1
 #define PS_R1 0
 #endif
+/* Pieces a lane loads before it computes them in the products (mv_unroll's U at batch 1);
+ * knob for A/B (0: mv_unroll's). */
+#ifndef PS_U
+#define PS_U 0
+#endif
 template <int T> struct ps_shape {
-        enum { R = PS_R1 ? PS_R1 : mv_rows<T, 1>::R, U = mv_unroll<T, 1>::U };
+        enum { R = PS_R1 ? PS_R1 : mv_rows<T, 1>::R, U = PS_U ? PS_U : mv_unroll<T, 1>::U };
         static_assert(R % 2 == 0, "rows in pairs");
 };
 

@@ -13,9 +13,9 @@
 #          MV_R8, MV_R4W; cuda/kernels/attention.cuh: ATTN_TILE, ATTN_SPAN_MIN, ATTN_PU,
 #          ATTN_Q_EARLY; cuda/kernels/attention_decode.cu: ATTN_G;
 #          cuda/kernels/attention_prompt.cu: AP_NG; cuda/kernels/prefetch.cu: PF_MODE,
-#          PF_MAX_MB; cuda/kernels/persist_step.cuh: PS_MINB, PS_R1, PS_PF, PS_CALLS,
-#          PS_TIMING (prints, from the kernel: run such a build's m40-bench yourself);
-#          cuda/kernels/persist_step.cu: PS_DEFAULT).
+#          PF_MAX_MB; cuda/kernels/persist_step.cuh: PS_MINB, PS_R1, PS_U, PS_PF,
+#          PS_CALLS, PS_TIMING (the kernel prints: run such a build's m40-bench
+#          yourself); cuda/kernels/persist_step.cu: PS_DEFAULT).
 #   SHAPE:TYPE  m40-mkmodel presets and types, as tests/bench/run-model-bench.sh takes.
 # Options:
 #   --batches LIST  decode batches to time (m40-bench --batches; default 1)
