@@ -92,19 +92,19 @@ static int layer_plan(const struct m40_cuda_ps *ps, uint32_t i, int sms, struct 
         kv.layer = i;
         r = m40_mv_args_qkv_rope(qkv, d->xn, d->ld_dim, &rc, &d->rope, &kv, d->head_dim, y, ldy, 1,
                                  a);
-        r = r ? r : ps->ops.plan(a, 3, sms, &p->ph[0]);
+        r = r ? r : ps->ops.plan(a, 3, sms, ps->blocks, &p->ph[0]);
         rp.g = l->ffn_norm;
         rp.xg = d->xn;
         rp.ldxg = d->ld_dim;
         r = r ? r : m40_mv_args_add_rms(&l->wo, d->att, d->ld_q, d->x, d->ld_dim, 1, &rp, a);
-        r = r ? r : ps->ops.plan(a, 1, sms, &p->ph[1]);
+        r = r ? r : ps->ops.plan(a, 1, sms, ps->blocks, &p->ph[1]);
         r = r ? r
               : m40_mv_args_swiglu_rms(&l->gate, &l->up, d->xn, d->ld_dim, &rc, d->gate, d->up,
                                        d->ld_ff, 1, a);
-        r = r ? r : ps->ops.plan(a, 2, sms, &p->ph[2]);
+        r = r ? r : ps->ops.plan(a, 2, sms, ps->blocks, &p->ph[2]);
         rp.g = i + 1 < d->n_layers ? d->layers[i + 1].attn_norm : NULL;
         r = r ? r : m40_mv_args_add_rms(&l->down, d->gate, d->ld_ff, d->x, d->ld_dim, 1, &rp, a);
-        r = r ? r : ps->ops.plan(a, 1, sms, &p->ph[3]);
+        r = r ? r : ps->ops.plan(a, 1, sms, ps->blocks, &p->ph[3]);
         pf_plan(l, d->pf_bytes, p);
         return r;
 }
@@ -177,12 +177,13 @@ extern "C" int m40_cuda_ps_new(const struct m40_cuda_ps_desc *d, void *mem, size
         /* a launch's arrivals stay within half the counters' range (persist.cuh) */
         if (!r && (per_sm < 1 || (uint64_t)(5 * d->n_layers) * per_sm * sms >= 1u << 31))
                 r = -ENOTSUP;
+        if (!r)
+                ps->blocks = (unsigned)(per_sm * sms); /* the phases' plans are made for it */
         r = r ? r : upload(ps, sms, mem);
         if (r) {
                 free(ps);
                 return r;
         }
-        ps->blocks = (unsigned)(per_sm * sms);
         ps->a.n_layers = (int)d->n_layers;
         ps->a.kv = d->kv;
         ps->a.q = d->q;

@@ -283,12 +283,50 @@ static __global__ void __launch_bounds__(MV_THREADS, ps_minb<T>::V) k_ps(const s
                 *(volatile unsigned *)(a.ctr + 1) = gen + 1;
 }
 
+/* The split of a product phase's rows for a grid of G blocks (PS_BAL, knob for A/B; 0:
+ * the per-step launch's, mv_split_log2()). The per-step launch splits rows until the
+ * warps fill the GPU's warp slots; its blocks then run in one wave where k_ps's G blocks
+ * (2 an SM at 128 registers) take their virtual blocks in rounds, so a phase of 1.45 G
+ * virtual blocks (8B q/k/v) took two rounds of whole ones. This picks the split s (0..3,
+ * within mv_split_log2()'s bound on a row's steps of 32 pieces) with the fewest rounds
+ * times 2^-s (a round's time: rows cut in 2^s pieces), the smallest s on a tie; it counts
+ * no fixed cost a virtual block, so on a tie less splitting wins. The splits of a row stay
+ * consecutive warps of one block, as mv_block() needs. */
+#ifndef PS_BAL
+#define PS_BAL 1
+#endif
+static inline int ps_split_log2(long groups, int steps, unsigned G, int dflt)
+{
+        int best = 0;
+        double best_t = 0.0;
+
+        if (!PS_BAL || !G)
+                return dflt;
+        for (int s = 0; s <= 3; s++) {
+                if (s && (MV_SPLIT_STEPS * 2) << (s - 1) > steps)
+                        break; /* as mv_split_log2(): s - 1 -> s needs this many steps */
+                const long vbs = ((groups << s) + MV_WARPS - 1) / MV_WARPS;
+                const double t = (double)((vbs + G - 1) / G) / (double)(1 << s);
+
+                if (!s || t < best_t) {
+                        best = s;
+                        best_t = t;
+                }
+        }
+        return best;
+}
+
 template <int T> struct ps_typed {
-        static int plan(const struct mv_args *a, int n, int sms, struct ps_phase *ph)
+        static int plan(const struct mv_args *a, int n, int sms, unsigned G, struct ps_phase *ph)
         {
                 struct mv_plan p;
 
                 mv_plan_of<T, 1, ps_shape<T>::R>(a, n, sms, &p);
+                const long groups = p.mm.g_end[MV_MAX_MATS - 1];
+
+                p.split_log2 = ps_split_log2(groups, (mv_q<T, 1>::pieces(a->n_in) + 31) / 32, G,
+                                             p.split_log2);
+                p.blocks = (unsigned)(((groups << p.split_log2) + MV_WARPS - 1) / MV_WARPS);
                 ph->vec = a[0].vec;
                 ph->mm = p.mm;
                 ph->x = a[0].x;
@@ -319,7 +357,7 @@ template <int T> struct ps_typed {
  * and the launch; the family files (persist_step_f.cu, _q.cu, _k.cu) give them for their
  * types (false for another type). */
 struct ps_ops {
-        int (*plan)(const struct mv_args *a, int n, int sms, struct ps_phase *ph);
+        int (*plan)(const struct mv_args *a, int n, int sms, unsigned G, struct ps_phase *ph);
         int (*per_sm)(size_t shmem, int *ret);
         int (*launch)(const struct ps_args *a, unsigned blocks, size_t shmem, cudaStream_t s);
 };
