@@ -106,8 +106,11 @@ template <int T> struct ps_minb {
 #ifndef PS_R1
 #define PS_R1 0
 #endif
-/* Pieces a lane loads before it computes them in the products (mv_unroll's U at batch 1);
- * knob for A/B (0: mv_unroll's). */
+/* Pieces a lane loads before it computes them in the products (mv_unroll's U at batch 1;
+ * with 2 or more, Q4_0 and Q4_1 load a piece's scales with its quants, not one piece
+ * ahead: mv_pieces). Two put twice the loads in flight in the warps that 128 registers
+ * leave: faster on the 8B and 1B shapes, slower on rows of 576, and less of a gain than 8
+ * rows a warp (PS_R1) on the large shapes (RESULTS.md). Knob for A/B (0: mv_unroll's). */
 #ifndef PS_U
 #define PS_U 0
 #endif
