@@ -30,11 +30,18 @@
 #ifndef MV_SPLIT_STEPS
 #define MV_SPLIT_STEPS 1 /* steps of 32 pieces a split warp gets, at least */
 #endif
+/* Whether rows of `steps` steps of 32 pieces cut in 2^s may be cut in 2^(s + 1): every
+ * warp keeps MV_SPLIT_STEPS steps at least. */
+static inline bool mv_split_fits(int s, int steps)
+{
+        return (MV_SPLIT_STEPS * 2) << s <= steps;
+}
+
 static inline int mv_split_log2(int groups, int sms, int wps, int steps)
 {
         int s = 0;
 
-        while (s < 3 && (MV_SPLIT_STEPS * 2) << s <= steps && (long)groups << s < (long)wps * sms)
+        while (s < 3 && mv_split_fits(s, steps) && (long)groups << s < (long)wps * sms)
                 s++;
         return s;
 }

@@ -291,7 +291,7 @@ static __global__ void __launch_bounds__(MV_THREADS, ps_minb<T>::V) k_ps(const s
  * warps fill the GPU's warp slots; its blocks then run in one wave where k_ps's G blocks
  * (2 an SM at 128 registers) take their virtual blocks in rounds, so a phase of 1.45 G
  * virtual blocks (8B q/k/v) took two rounds of whole ones. This picks the split s (0..3,
- * within mv_split_log2()'s bound on a row's steps of 32 pieces) with the fewest rounds
+ * within mv_split_fits(), the bound mv_split_log2() keeps) with the fewest rounds
  * times 2^-s (a round's time: rows cut in 2^s pieces), the smallest s on a tie; it counts
  * no fixed cost a virtual block, so on a tie less splitting wins. The splits of a row stay
  * consecutive warps of one block, as mv_block() needs. */
@@ -306,8 +306,8 @@ static inline int ps_split_log2(long groups, int steps, unsigned G, int dflt)
         if (!PS_BAL || !G)
                 return dflt;
         for (int s = 0; s <= 3; s++) {
-                if (s && (MV_SPLIT_STEPS * 2) << (s - 1) > steps)
-                        break; /* as mv_split_log2(): s - 1 -> s needs this many steps */
+                if (s && !mv_split_fits(s - 1, steps))
+                        break;
                 const long vbs = ((groups << s) + MV_WARPS - 1) / MV_WARPS;
                 const double t = (double)((vbs + G - 1) / G) / (double)(1 << s);
 
