@@ -6,16 +6,23 @@
  * chunk): sequence 0 alone for 2 steps (batch 1), then admissions up to 5, 8, 17 and 64
  * sequences two steps apart, and 5 more once 5 have left; prompts of 1..40 tokens (decode
  * and prefill in the same steps), the first 17 sequences generating CH_GEN tokens, the
- * others 4..39 so that they leave one after another. Both engines plan the same steps
+ * others 4..39 so that they leave one after another; from step 10 on, some of those are
+ * cancelled at steps of their own (ch_cancels(); one that has ended by then is passed
+ * over, alike on both engines). Both engines plan the same steps
  * (daemon/engine/plan.c), so each sees the same batches; the test checks that the
- * batches 1, 5, 8, 17 and 64 (active sequences at a step) all occurred, and that every
- * sequence's greedy tokens are the CPU engine's. Where they part, the CPU engine replays
+ * batches 1, 5, 8, 17 and 64 (active sequences at a step) all occurred, that both
+ * engines cancelled the same sequences after as many tokens, and that every sequence's
+ * greedy tokens are the CPU engine's. Where they part, the CPU engine replays
  * that sequence alone to the step and the two picks must be within LOGIT_TOL of max|logit|
  * in its logits (a near-tie of FP32 sums in another order), else the test fails.
  *
- * Arguments: GGUF files (the gpu suite passes stories260K and the random 135M Q4_1 model);
- * a missing one is skipped. Exits 77 without a GPU; M40_TEST_QUICK (the sanitizers): the
- * first model only. */
+ * Arguments: [--mode steps|persistent] GGUF files (the gpu suite passes stories260K and
+ * the random 135M Q4_1 model); a missing one is skipped. --mode is the CUDA engine's
+ * decode mode (engine.h, m40_engine_limits.mode; default: the build's default): with
+ * persistent, its one-sequence steps run the persistent step kernel (issue 21,
+ * acceptance 1: alone and with sequences joining, leaving and being cancelled), and a
+ * file it refuses fails the test. Exits 77 without a GPU; M40_TEST_QUICK (the
+ * sanitizers): the first model only. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -34,6 +41,8 @@
 struct churn {
         uint32_t n_gen[CH_SEQS];
         int32_t toks[CH_SEQS][CH_GEN];
+        bool ended[CH_SEQS];     /* its finish event came */
+        bool cancelled[CH_SEQS]; /* m40_engine_cancel() took it */
         bool seen[CH_SLOTS + 1]; /* batches (active sequences at a step) that occurred */
 };
 
@@ -45,6 +54,18 @@ static uint32_t ch_len(uint32_t s)
 static uint32_t ch_max(uint32_t s)
 {
         return s < 17 ? CH_GEN : 4 + (s * 5u) % (CH_GEN - 4);
+}
+
+/* Whether sequence s is cancelled, and at which step: a quarter of those that join after
+ * the first 17, from step 10 (all 64 have joined) on. */
+static bool ch_cancels(uint32_t s)
+{
+        return s >= 17 && s % 4 == 1;
+}
+
+static uint32_t ch_cancel_at(uint32_t s)
+{
+        return 10 + (s * 7u) % 23u;
 }
 
 /* The prompt of sequence s (the same formula as test_cuda_engine.c's). */
@@ -70,6 +91,28 @@ static int ch_admit(struct m40_engine *e, uint32_t s, uint32_t max_tokens, bool 
         return m40_engine_admit(e, &p, ret_id);
 }
 
+/* drain - e's events into out (sequence s is ids[s], s < admitted); the finishes. */
+static uint32_t drain(struct m40_engine *e, const uint32_t *ids, uint32_t admitted,
+                      struct churn *out)
+{
+        struct m40_event ev[64];
+        uint32_t done = 0;
+
+        for (size_t n; (n = m40_engine_events(e, ev, 64)) > 0;)
+                for (size_t i = 0; i < n; i++)
+                        for (uint32_t s = 0; s < admitted; s++) {
+                                if (ev[i].seq != ids[s])
+                                        continue;
+                                if (ev[i].token >= 0 && out->n_gen[s] < CH_GEN)
+                                        out->toks[s][out->n_gen[s]++] = ev[i].token;
+                                if (ev[i].finish) {
+                                        out->ended[s] = true;
+                                        done++;
+                                }
+                        }
+        return done;
+}
+
 /* run - the script on e; 0, or the engine's error. */
 static int run(struct m40_engine *e, uint32_t n_vocab, struct churn *out)
 {
@@ -77,7 +120,6 @@ static int run(struct m40_engine *e, uint32_t n_vocab, struct churn *out)
                 uint32_t step, upto; /* admit up to `upto` sequences before step `step` */
         } plan[] = {{0, 1}, {2, 5}, {4, 8}, {6, 17}, {8, 64}};
         uint32_t ids[CH_SEQS], admitted = 0, done = 0, k = 0;
-        struct m40_event ev[64];
 
         memset(out, 0, sizeof(*out));
         for (uint32_t step = 0;; step++) {
@@ -101,21 +143,21 @@ static int run(struct m40_engine *e, uint32_t n_vocab, struct churn *out)
                                         return r;
                         }
                 }
+                for (uint32_t s = 0; s < admitted; s++) {
+                        if (!ch_cancels(s) || ch_cancel_at(s) != step || out->ended[s])
+                                continue;
+                        r = m40_engine_cancel(e, ids[s]);
+                        if (r && r != -ENOENT)
+                                return r;
+                        out->cancelled[s] = r == 0;
+                }
+                done += drain(e, ids, admitted, out); /* the cancels' events */
                 if (admitted - done <= CH_SLOTS)
                         out->seen[admitted - done] = true;
                 r = m40_engine_step(e);
                 if (r < 0)
                         return r;
-                for (size_t n; (n = m40_engine_events(e, ev, 64)) > 0;)
-                        for (size_t i = 0; i < n; i++)
-                                for (uint32_t s = 0; s < admitted; s++) {
-                                        if (ev[i].seq != ids[s])
-                                                continue;
-                                        if (ev[i].token >= 0 && out->n_gen[s] < CH_GEN)
-                                                out->toks[s][out->n_gen[s]++] = ev[i].token;
-                                        if (ev[i].finish)
-                                                done++;
-                                }
+                done += drain(e, ids, admitted, out);
                 if (r == 0 && k == sizeof(plan) / sizeof(plan[0]) && admitted == CH_SEQS)
                         return 0;
                 if (step > 10000)
@@ -152,24 +194,39 @@ out:
         return gap;
 }
 
-static void one_model(const char *path)
+/* The engine's load notes: whether the persistent mode refused the file. */
+static void note(void *ctx, const char *msg)
 {
+        if (strstr(msg, "persistent mode"))
+                snprintf(ctx, 320, "%s", msg);
+}
+
+static void one_model(const char *path, uint32_t mode)
+{
+        char refused[320] = "";
         const struct m40_engine_limits lim = {
                 .max_seqs = CH_SLOTS,
                 .max_ctx = 256,
                 .max_batch_tokens = 256,
                 .act = M40_ACT_F32,
+                .mode = mode,
+                .load_note = note,
+                .load_ctx = refused,
         };
         const char *name = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
         static struct churn c, g;
         static const uint32_t want[] = {1, 5, 8, 17, 64};
         struct m40_engine *cpu = NULL, *gpu = NULL;
         struct m40_engine_model mi;
-        uint32_t exact = 0, ties = 0, tokens = 0;
+        uint32_t exact = 0, ties = 0, tokens = 0, cancels = 0;
         int r;
 
         if (engines_open(path, &lim, &cpu, &gpu))
                 return;
+        if (mode == M40_ENGINE_MODE_PERSISTENT && refused[0]) {
+                fail("%s: %s", name, refused);
+                goto out;
+        }
         m40_engine_model(gpu, &mi);
         r = run(cpu, mi.n_vocab, &c);
         if (r)
@@ -185,9 +242,19 @@ static void one_model(const char *path)
         for (uint32_t s = 0; s < CH_SEQS; s++) {
                 uint32_t same = 0;
 
-                CHECK(c.n_gen[s] == ch_max(s) && g.n_gen[s] == ch_max(s),
-                      "%s seq %u: %u cpu tokens, %u cuda, want %u", name, s, c.n_gen[s], g.n_gen[s],
-                      ch_max(s));
+                CHECK(c.cancelled[s] == g.cancelled[s], "%s seq %u: cancelled on %s only", name, s,
+                      c.cancelled[s] ? "cpu" : "cuda");
+                if (c.cancelled[s]) {
+                        cancels++;
+                        CHECK(c.n_gen[s] == g.n_gen[s] && c.n_gen[s] < ch_max(s),
+                              "%s seq %u (cancelled): %u cpu tokens, %u cuda, below %u", name, s,
+                              c.n_gen[s], g.n_gen[s], ch_max(s));
+                } else {
+                        CHECK(c.n_gen[s] == ch_max(s) && g.n_gen[s] == ch_max(s),
+                              "%s seq %u: %u cpu tokens, %u cuda, want %u", name, s, c.n_gen[s],
+                              g.n_gen[s], ch_max(s));
+                }
+                CHECK(c.ended[s] && g.ended[s], "%s seq %u: no finish event", name, s);
                 while (same < c.n_gen[s] && same < g.n_gen[s] && c.toks[s][same] == g.toks[s][same])
                         same++;
                 tokens += same;
@@ -208,9 +275,10 @@ static void one_model(const char *path)
                         ties++;
                 }
         }
-        printf("%-28s churn: %u sequences (batches 1, 5, 8, 17, 64 seen, joins and leaves), "
-               "%u greedy-identical, %u parted at a near-tie; %u tokens matched\n",
-               name, CH_SEQS, exact, ties, tokens);
+        printf("%-28s churn (%s): %u sequences (batches 1, 5, 8, 17, 64 seen, joins, leaves, "
+               "%u cancelled), %u greedy-identical, %u parted at a near-tie; %u tokens matched\n",
+               name, mode == M40_ENGINE_MODE_PERSISTENT ? "persistent" : "steps", CH_SEQS, cancels,
+               exact, ties, tokens);
 out:
         m40_engine_free(gpu);
         m40_engine_free(cpu);
@@ -219,13 +287,27 @@ out:
 int main(int argc, char **argv)
 {
         const int quick = quick_mode();
-        int code, n = 0;
-        struct m40_cuda_device *d = gpu_open(&code);
+        uint32_t mode = M40_ENGINE_MODE_DEFAULT;
+        int code, n = 0, i = 1;
+        struct m40_cuda_device *d;
 
+        if (argc > 2 && !strcmp(argv[1], "--mode")) {
+                if (!strcmp(argv[2], "persistent"))
+                        mode = M40_ENGINE_MODE_PERSISTENT;
+                else if (!strcmp(argv[2], "steps"))
+                        mode = M40_ENGINE_MODE_STEPS;
+                else {
+                        fprintf(stderr, "%s: --mode takes steps or persistent, not %s\n", argv[0],
+                                argv[2]);
+                        return 1;
+                }
+                i = 3;
+        }
+        d = gpu_open(&code);
         if (!d)
                 return code;
         m40_cuda_device_free(d);
-        for (int i = 1; i < argc && !(quick && n); i++) {
+        for (; i < argc && !(quick && n); i++) {
                 FILE *f = fopen(argv[i], "rb");
 
                 if (!f) {
@@ -233,7 +315,7 @@ int main(int argc, char **argv)
                         continue;
                 }
                 fclose(f);
-                one_model(argv[i]);
+                one_model(argv[i], mode);
                 n++;
         }
         return finish();
