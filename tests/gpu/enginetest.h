@@ -50,13 +50,15 @@ struct engine_run {
         float *logits[ENGINE_RUN_SEQS];
 };
 
-/* engine_drive - admit n_seqs (<= ENGINE_RUN_SEQS) greedy sequences into e, sequence s
- * with a prompt of lens[s] (<= 512) ids made from s + s0 and n_vocab, gen[s] tokens out
- * (ignore_eos), keep_logits when keep; step until all end; their tokens (and with keep
- * their last logits) into out. 0 or the engine's error. */
-static inline int engine_drive(struct m40_engine *e, uint32_t n_seqs, uint32_t s0,
-                               const uint32_t *lens, const uint32_t *gen, bool keep,
-                               uint32_t n_vocab, struct engine_run *out)
+/* engine_drive_with - admit n_seqs (<= ENGINE_RUN_SEQS) sequences into e, sequence s with
+ * a prompt of lens[s] (<= 512) ids made from s + s0 and n_vocab, gen[s] tokens out
+ * (ignore_eos), sampled with *smp (its seed + s for sequence s; NULL: greedy),
+ * keep_logits when keep; step until all end; their tokens (and with keep their last
+ * logits) into out. 0 or the engine's error. */
+static inline int engine_drive_with(struct m40_engine *e, uint32_t n_seqs, uint32_t s0,
+                                    const uint32_t *lens, const uint32_t *gen, bool keep,
+                                    const struct m40_sampling *smp, uint32_t n_vocab,
+                                    struct engine_run *out)
 {
         static int32_t prompt[512];
         uint32_t ids[ENGINE_RUN_SEQS];
@@ -73,7 +75,8 @@ static inline int engine_drive(struct m40_engine *e, uint32_t n_seqs, uint32_t s
                         return -EINVAL;
                 for (uint32_t i = 0; i < lens[s]; i++)
                         prompt[i] = (int32_t)((i * 7919u + (s + s0) * 104729u + 13u) % n_vocab);
-                p.sampling = m40_sampling_default();
+                p.sampling = smp ? *smp : m40_sampling_default();
+                p.sampling.seed += s;
                 p.stop = m40_stop_default();
                 p.stop.max_tokens = gen[s];
                 p.stop.ignore_eos = true;
@@ -106,6 +109,14 @@ static inline int engine_drive(struct m40_engine *e, uint32_t n_seqs, uint32_t s
                         return r;
         }
         return 0;
+}
+
+/* engine_drive - engine_drive_with(), greedy. */
+static inline int engine_drive(struct m40_engine *e, uint32_t n_seqs, uint32_t s0,
+                               const uint32_t *lens, const uint32_t *gen, bool keep,
+                               uint32_t n_vocab, struct engine_run *out)
+{
+        return engine_drive_with(e, n_seqs, s0, lens, gen, keep, NULL, n_vocab, out);
 }
 
 static inline void engine_run_free(struct engine_run *r)
