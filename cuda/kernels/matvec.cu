@@ -459,7 +459,7 @@ extern "C" int m40_cuda_matmul_qkv_rope(const struct m40_cuda_matrix *w, const f
 
 /* Steps up to this many tokens take the matrix-vector kernel in the forward pass
  * (m40_cuda_matvec_steps_max()), quantized types and float types; knobs for A/B builds.
- * Above them the batched kernels (k_mmr up to MR_MAX_NB columns) are faster for the
+ * Above them the batched kernels (k_mmr or mmq, mmr.cuh's mr_takes()) are faster for the
  * quantized types from 5 columns; the float types keep the matrix-vector kernel to 8. */
 #ifndef MV_FWD_MAX
 #define MV_FWD_MAX 4

@@ -1,8 +1,8 @@
-/* cuda/kernels/mmr.cuh - the batched weight product for decode steps of 5 to MR_MAX_NB (32)
- * sequences with a warp's lanes along k: each lane dequantizes a few rows' weights of its
- * own stretch of k in registers and multiplies them by the step's activation columns,
- * which the block stages in shared memory (the kernel behind matvec.h's m40_cuda_mmq()
- * at those batches; mmq.cuh above them).
+/* cuda/kernels/mmr.cuh - the batched weight product for decode steps of 5 to 56 sequences
+ * (the batches mr_takes() gives it, by type) with a warp's lanes along k: each lane
+ * dequantizes a few rows' weights of its own stretch of k in registers and multiplies them
+ * by the step's activation columns, which the block stages in shared memory (the kernel
+ * behind matvec.h's m40_cuda_mmq() at those batches; mmq.cuh at the others).
  *
  * Computes y[c][o] = sum_k W[o][k] * x[c][k] for c < nb columns, o < n_out rows, W in
  * GGML type T (device layout, quant.cuh), x (nb, ldx) and y (nb, ldy) row-major floats:
@@ -422,22 +422,50 @@ static inline bool mr_fits(const struct mq_args *a, bool *vec)
         return !(((uintptr_t)a->x | (uintptr_t)a->ldx * 4) & 15);
 }
 
-/* Columns up to which m40_cuda_mmq() takes k_mmr (knob for A/B builds; 0: never). Above
- * 8 its 8-column tiles of a row tile run side by side (mq_geom_of()), so the second
- * reads the weights from L2: to 32 columns faster than mmq.cuh's tiles, and than
- * 16-column tiles of k_mmr; at 64 faster on the 1B, slower on the 8B (RESULTS.md). */
+/* Which batches m40_cuda_mmq() gives k_mmr, by type (mr_takes()); mmq.cuh's tiles take the
+ * rest. Above 8 columns k_mmr's 8-column tiles of a row tile run side by side
+ * (mq_sched.cuh's mq_geom_of()), the later ones reading the weights from L2, so its step costs
+ * about ceil(nb / 8) tiles' worth, while mmq's column tile is 8, 16, 32 or 64 wide whatever nb is
+ * (a 40-column step costs a 64-column one). Same-run A/Bs (H200, whole-model decode, RESULTS.md):
+ * with mmq above 32, 8B Q4_0 gave 1696 tok/s at b32 and 1204 at b40 (more sequences, less
+ * throughput); k_mmr at 33..56 gave +44% at b40, +23% at b48, +9% at b56 (8B Q8_0 +40% / +20% /
+ * +6%, 1B Q4_0 +43% / +28% / +16%), while at b64 mmq's full tile stays ahead on the 8B files (k_mmr
+ * 0.97 on Q4_0, 0.95 on Q8_0). The K types' k_mmr (2 rows a lane: pieces of 64 or 128 elements) is
+ * slower than mmq's full 32- and 64-column tiles: 8B Q4_K_M b24 1163 (k_mmr) against 1084 (mmq's
+ * 32-wide tile), b32 1206 against 1420, b40 1224 against 1127, b48 1235 against 1332. Knobs for A/B
+ * builds: MR_MAX_NB for the 32-element quant types and Q8_0, MR_MAX_NB_F for the float types (not
+ * measured above 32), MR_K_LO and MR_K_HI for the K types (k_mmr up to MR_K_LO, and from 33 to
+ * MR_K_HI); 0 gives every batch to mmq. */
 #ifndef MR_MAX_NB
-#define MR_MAX_NB 32
+#define MR_MAX_NB 56
 #endif
+#ifndef MR_MAX_NB_F
+#define MR_MAX_NB_F 32
+#endif
+#ifndef MR_K_LO
+#define MR_K_LO 24
+#endif
+#ifndef MR_K_HI
+#define MR_K_HI 40
+#endif
+static_assert(MR_MAX_NB <= 64 && MR_MAX_NB_F <= 64 && MR_K_LO <= 32 && MR_K_HI <= 64,
+              "k_mmr takes at most 64 columns");
 
-/* launch_mm - the batched product for a's batch: k_mmr (8-column tiles) up to MR_MAX_NB
- * columns where the activations' alignment allows it, mmq.cuh's tiles above. */
+template <int T> static inline bool mr_takes(int nb)
+{
+        if (mr_tc<T>::K45 || mr_tc<T>::Q6)
+                return nb <= MR_K_LO || (nb > 32 && nb <= MR_K_HI);
+        return nb <= (mr_tc<T>::FLT ? MR_MAX_NB_F : MR_MAX_NB);
+}
+
+/* launch_mm - the batched product for a's batch: k_mmr (8-column tiles) where mr_takes()
+ * says so and the activations' alignment allows it, mmq.cuh's tiles otherwise. */
 template <int T>
 static int launch_mm(const struct mq_args *a, int sms, size_t part_bytes, cudaStream_t stream)
 {
         bool vec;
 
-        if (a->nb <= MR_MAX_NB && mr_fits(a, &vec))
+        if (mr_takes<T>(a->nb) && mr_fits(a, &vec))
                 return launch_mr_v<T, 8>(a, vec, sms, part_bytes, stream);
         return launch_mq<T>(a, sms, part_bytes, stream);
 }

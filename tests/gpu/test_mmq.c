@@ -3,7 +3,8 @@
  *
  * Owns the checks that for every weight type (F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K
  * Q5_K Q6_K): every batch 1..64 and some larger ones (prompt chunks: several column
- * tiles; batches up to MR_MAX_NB, 32, take k_mmr, cuda/kernels/mmr.cuh, the larger ones k_mmq),
+ * tiles; the batches that mr_takes() of cuda/kernels/mmr.cuh gives it take k_mmr, by type
+ * up to 56, the others k_mmq),
  * rows of a whole number of 16 bytes and rows that are not, one to three matrices of
  * ragged row counts in one launch, y = x W^T and y += x W^T on random prior y, on the
  * shared schedule (tiles cut into pieces across blocks; mq_sched.cuh), with k split over
