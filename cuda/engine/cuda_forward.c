@@ -308,6 +308,7 @@ static int forward(struct m40_cuda_fwd *f, uint32_t n, uint32_t n_rows, uint32_t
 
         struct m40_cuda_rms ro = f->rms;
 
+        m40_cuda_gemm_begin(f->gemm, f->stream); /* the prompt GEMMs' tiles overlap */
         ro.g = f->mw.layers[0].attn_norm;
         r = m40_cuda_embed_rms(f->mw.tok_embd.data, f->mw.tok_embd.type, f->mw.tok_embd.row_bytes,
                                m->dim, d_tok, n, f->x, f->ld_dim, fused(f, n) ? &ro : NULL,
@@ -329,6 +330,7 @@ static int forward(struct m40_cuda_fwd *f, uint32_t n, uint32_t n_rows, uint32_t
                                      n_rows, f->xn, f->ld_dim, f->stream);
                 r = r ? r : mm(f, &f->mw.output, f->xn, f->ld_dim, f->logits, m->n_vocab, n_rows);
         }
+        m40_cuda_gemm_end(f->gemm);
         return r;
 }
 

@@ -96,7 +96,8 @@ static int scratch(struct m40_cuda_fwd *f, char *err, size_t errlen)
 #define FWD_PART_MAX ((size_t)32 << 20)
 
 /* gemm_tile_bytes - the GEMM's tile scratch: the largest matrix cuda_forward.c's mm() multiplies,
- * whole, at most M40_CUDA_GEMM_SCRATCH_DEFAULT (larger ones are cut into tiles). */
+ * whole, at most M40_CUDA_GEMM_SCRATCH_DEFAULT (larger ones are cut into tiles), for each of
+ * m40_cuda_gemm_buffers(). */
 static uint64_t gemm_tile_bytes(const struct m40_model *m)
 {
         uint64_t b = m40_cuda_gemm_scratch_bytes(m->output.type, m->output.n_in, m->output.n_out);
@@ -113,7 +114,8 @@ static uint64_t gemm_tile_bytes(const struct m40_model *m)
                         b = t > b ? t : b;
                 }
         }
-        return b < M40_CUDA_GEMM_SCRATCH_DEFAULT ? b : M40_CUDA_GEMM_SCRATCH_DEFAULT;
+        return (b < M40_CUDA_GEMM_SCRATCH_DEFAULT ? b : M40_CUDA_GEMM_SCRATCH_DEFAULT) *
+               m40_cuda_gemm_buffers();
 }
 
 /* part_bytes - m40_cuda_mmq()'s counters and partial sums for steps of up to n tokens: 16

@@ -16,16 +16,24 @@
  *   consecutive 32-byte runs of a row: coalesced. Memory-bound: reads the packed
  *   weights once (their block scales again from L1), writes 4 bytes per weight.
  *
- * Tiles: a matrix that fits the scratch is one tile (one dequantization, one SGEMM).
+ * Tiles: a matrix that fits a tile buffer is one tile (one dequantization, one SGEMM).
  * Else rows come in tiles of at least M40_CUDA_GEMM_MIN_ROWS (so each SGEMM has
  * M40_CUDA_GEMM_MIN_ROWS x n_tok outputs to spread over the GPU) and the k range is cut
  * to what fits, in multiples of M40_CUDA_GEMM_KSTEP; the partial sums of a row tile add
  * up in y (a write and a read of y per extra k range: a few % of the SGEMM's time at
- * n_tok 512). One tile buffer, one stream: the dequantization of a tile waits for the
- * SGEMM before it (stream order), which costs only the dequantization's own time, a
- * bandwidth-bound ~8-10% of the compute-bound SGEMM at n_tok 512 (2 n_tok FLOP per
- * weight against ~9 bytes moved, at ~20 FLOP per byte of machine balance); overlapping
- * it would need a second stream, events and twice the scratch, for at most that.
+ * n_tok 512).
+ * Overlap (GEMM_BUFS 2, the default): the scratch holds two tile buffers, used in turn,
+ * and the handle has a stream of its own for the dequantization, so that a tile is
+ * dequantized while the SGEMM of the tile before it runs (the dequantization is
+ * bandwidth-bound, ~5-10% of the compute-bound SGEMM at n_tok 512 on an H100 or H200,
+ * ~15% on an M40: 2 n_tok FLOP per weight against ~9 bytes moved). Events order it:
+ * a tile's SGEMM waits for its dequantization (ready[b]), the next dequantization into
+ * the same buffer waits for that SGEMM (free[b]). The dequantization stream forks from
+ * the caller's stream (an event) at the first call of a run (m40_cuda_gemm_begin() ..
+ * m40_cuda_gemm_end(), else the call alone), so it is ordered after everything the
+ * caller queued before, never waits on an event of another run, and joins the caller's
+ * stream through the SGEMMs' waits: a run may be captured into a CUDA graph. With
+ * GEMM_BUFS 1 a tile's dequantization waits for the SGEMM before it (one stream).
  *
  * Tolerance: the dequantized weights are exact, so the error is that of cuBLAS's FP32
  * sums (a few 1e-7 of sum |w x| for the rows tested); tests/gpu/test_gemm.c bounds it
@@ -49,16 +57,31 @@
 #define DQ_THREADS   128
 #define DQ_MAX_GRIDY 65535
 
+/* Tile buffers (file comment: Overlap); knob for A/B builds. */
+#ifndef GEMM_BUFS
+#define GEMM_BUFS 2
+#endif
+static_assert(GEMM_BUFS == 1 || GEMM_BUFS == 2, "one or two tile buffers");
+
 static_assert(M40_CUDA_GEMM_KSTEP % 256 == 0, "k ranges start on block boundaries");
 static_assert(M40_CUDA_GEMM_MIN_ROWS % 128 == 0, "row tiles are multiples of 128");
 
 struct m40_cuda_gemm {
         cublasHandle_t h;
-        float *scratch;          /* the tile: scratch_floats floats */
-        uint64_t scratch_floats; /* what the tile may use */
+        float *scratch;          /* the tile buffers: scratch_floats floats */
+        uint64_t scratch_floats; /* all of the scratch */
+        uint64_t buf_floats;     /* one tile buffer: buf[b] = scratch + b * buf_floats */
+        int nbuf;                /* tile buffers (1 or 2: GEMM_BUFS, when the scratch holds 2) */
         void *ws;                /* cuBLAS's workspace */
         size_t ws_bytes;
         cudaStream_t stream; /* the stream cuBLAS was last given */
+        /* the overlap (nbuf 2): the dequantization's stream and events */
+        cudaStream_t ds;
+        cudaEvent_t fork, ready[2], free_[2];
+        bool used[2];             /* buffer b has a SGEMM queued in this run */
+        int next;                 /* the buffer the next tile takes */
+        bool open, forked;        /* a run is open (m40_cuda_gemm_begin); ds forked in it */
+        cudaStream_t open_stream; /* the stream of the open run */
 };
 
 static __thread char gemm_error[320];
@@ -248,6 +271,8 @@ extern "C" int m40_cuda_gemm_new(void *scratch, uint64_t scratch_bytes, void *wo
                 return -ENOMEM;
         g->scratch = (float *)scratch;
         g->scratch_floats = scratch ? scratch_bytes / sizeof(float) : 0;
+        g->nbuf = GEMM_BUFS == 2 && g->scratch_floats >= 2 * M40_CUDA_GEMM_KSTEP ? 2 : 1;
+        g->buf_floats = g->scratch_floats / g->nbuf & ~(uint64_t)3; /* 16-byte aligned */
         g->ws = workspace;
         g->ws_bytes = (size_t)workspace_bytes;
         s = cublasCreate(&g->h);
@@ -271,8 +296,48 @@ extern "C" int m40_cuda_gemm_new(void *scratch, uint64_t scratch_bytes, void *wo
                 m40_cuda_gemm_free(g);
                 return r;
         }
+        if (g->nbuf == 2) {
+                cudaError_t e = cudaStreamCreateWithFlags(&g->ds, cudaStreamNonBlocking);
+                int n = 0;
+
+                while (e == cudaSuccess && n < 5) {
+                        cudaEvent_t *ev[] = {&g->fork, &g->ready[0], &g->ready[1], &g->free_[0],
+                                             &g->free_[1]};
+
+                        e = cudaEventCreateWithFlags(ev[n], cudaEventDisableTiming);
+                        n += e == cudaSuccess;
+                }
+                if (e != cudaSuccess) {
+                        snprintf(gemm_error, sizeof(gemm_error), "gemm: its stream and events: %s",
+                                 cudaGetErrorString(e));
+                        if (err)
+                                snprintf(err, errlen, "%s", gemm_error);
+                        m40_cuda_gemm_free(g);
+                        return M40_ECUDA;
+                }
+        }
         *ret = g;
         return 0;
+}
+
+extern "C" uint32_t m40_cuda_gemm_buffers(void)
+{
+        return GEMM_BUFS;
+}
+
+extern "C" void m40_cuda_gemm_begin(struct m40_cuda_gemm *g, struct CUstream_st *stream)
+{
+        if (!g)
+                return;
+        g->open = true;
+        g->forked = false;
+        g->open_stream = stream;
+}
+
+extern "C" void m40_cuda_gemm_end(struct m40_cuda_gemm *g)
+{
+        if (g)
+                g->open = false;
 }
 
 extern "C" struct m40_cuda_gemm *m40_cuda_gemm_free(struct m40_cuda_gemm *g)
@@ -281,6 +346,15 @@ extern "C" struct m40_cuda_gemm *m40_cuda_gemm_free(struct m40_cuda_gemm *g)
                 return NULL;
         if (g->h)
                 cublasDestroy(g->h);
+        if (g->ds) {
+                cudaStreamSynchronize(g->ds);
+                cudaStreamDestroy(g->ds);
+        }
+        cudaEvent_t ev[] = {g->fork, g->ready[0], g->ready[1], g->free_[0], g->free_[1]};
+
+        for (size_t i = 0; i < sizeof(ev) / sizeof(ev[0]); i++)
+                if (ev[i])
+                        cudaEventDestroy(ev[i]);
         free(g);
         return NULL;
 }
@@ -315,6 +389,33 @@ static int plan(uint32_t n_in, uint32_t n_out, uint64_t cap, struct tiling *t)
         }
         t->ldt = ld4(t->kc);
         return t->mt ? 0 : -ENOSPC;
+}
+
+/* An event call's status: 0, or M40_ECUDA with the runtime's message. */
+static int ev_check(cudaError_t e, const char *what)
+{
+        if (e == cudaSuccess)
+                return 0;
+        snprintf(gemm_error, sizeof(gemm_error), "gemm: %s: %s", what, cudaGetErrorString(e));
+        return M40_ECUDA;
+}
+
+/* fork_ds - make the dequantization stream follow `stream` from here on, once per run
+ * (file comment: Overlap): a call outside an open run, or the first call of the run
+ * m40_cuda_gemm_begin() opened on `stream`, records `fork` on stream and has ds wait for
+ * it; the buffers then have no SGEMM of this run queued yet. */
+static int fork_ds(struct m40_cuda_gemm *g, cudaStream_t stream)
+{
+        int r;
+
+        if (g->open && g->open_stream == stream && g->forked)
+                return 0;
+        r = ev_check(cudaEventRecord(g->fork, stream), "fork");
+        r = r ? r : ev_check(cudaStreamWaitEvent(g->ds, g->fork, 0), "fork");
+        g->used[0] = g->used[1] = false;
+        g->next = 0;
+        g->forked = !r;
+        return r;
 }
 
 /* Give cuBLAS the call's stream; setting a stream resets cuBLAS's workspace to its own
@@ -368,24 +469,45 @@ extern "C" int m40_cuda_gemm(struct m40_cuda_gemm *g, const struct m40_cuda_matr
                                 (int)ldy);
                 return s == CUBLAS_STATUS_SUCCESS ? 0 : blas_fail(s, "cublasSgemm");
         }
-        r = plan(w->n_in, w->n_out, g->scratch_floats, &t);
+        r = plan(w->n_in, w->n_out, g->buf_floats, &t);
         if (r)
                 return r;
-        for (uint32_t r0 = 0; r0 < w->n_out; r0 += t.mt) {
+        r = g->nbuf == 2 ? fork_ds(g, stream) : 0;
+        for (uint32_t r0 = 0; r0 < w->n_out && !r; r0 += t.mt) {
                 const uint32_t m = w->n_out - r0 < t.mt ? w->n_out - r0 : t.mt;
 
-                for (uint32_t k0 = 0; k0 < w->n_in; k0 += t.kc) {
+                for (uint32_t k0 = 0; k0 < w->n_in && !r; k0 += t.kc) {
                         const uint32_t kc = w->n_in - k0 < t.kc ? w->n_in - k0 : t.kc;
+                        const int b = g->next;
+                        float *buf = g->scratch + (size_t)b * g->buf_floats;
 
-                        r = m40_cuda_dequant_rows(w, r0, m, k0, kc, g->scratch, t.ldt, stream);
+                        g->next = (b + 1) % g->nbuf;
+                        if (g->nbuf == 2 && g->used[b])
+                                r = ev_check(cudaStreamWaitEvent(g->ds, g->free_[b], 0),
+                                             "wait for a tile buffer");
+                        r = r ? r
+                              : m40_cuda_dequant_rows(w, r0, m, k0, kc, buf, t.ldt,
+                                                      g->nbuf == 2 ? g->ds : stream);
+                        if (!r && g->nbuf == 2) {
+                                r = ev_check(cudaEventRecord(g->ready[b], g->ds), "tile ready");
+                                r = r ? r
+                                      : ev_check(cudaStreamWaitEvent(stream, g->ready[b], 0),
+                                                 "wait for a tile");
+                        }
                         if (r)
-                                return r;
+                                break;
                         s = cublasSgemm(g->h, CUBLAS_OP_T, CUBLAS_OP_N, (int)m, (int)n_tok, (int)kc,
-                                        &one, g->scratch, (int)t.ldt, x + k0, (int)ldx,
-                                        k0 ? &one : &zero, y + r0, (int)ldy);
+                                        &one, buf, (int)t.ldt, x + k0, (int)ldx, k0 ? &one : &zero,
+                                        y + r0, (int)ldy);
                         if (s != CUBLAS_STATUS_SUCCESS)
                                 return blas_fail(s, "cublasSgemm");
+                        if (g->nbuf == 2) {
+                                r = ev_check(cudaEventRecord(g->free_[b], stream), "tile used");
+                                g->used[b] = true;
+                        }
                 }
         }
-        return 0;
+        if (!(g->open && g->open_stream == stream))
+                g->forked = false; /* a call alone is its own run */
+        return r;
 }

@@ -63,8 +63,13 @@ uint64_t m40_cuda_gemm_workspace_bytes(int cc_major);
 /* m40_cuda_gemm_scratch_bytes - the scratch with which a (n_out, n_in) matrix of `type`
  * is done in one tile: n_out rows of n_in floats rounded up to 4 (0 for F32, which
  * needs no tile). A caller takes the largest over its matrices, capped at
- * M40_CUDA_GEMM_SCRATCH_DEFAULT. */
+ * M40_CUDA_GEMM_SCRATCH_DEFAULT, times m40_cuda_gemm_buffers(). */
 uint64_t m40_cuda_gemm_scratch_bytes(uint32_t type, uint32_t n_in, uint32_t n_out);
+
+/* m40_cuda_gemm_buffers - the tile buffers m40_cuda_gemm() cuts its scratch into (2: a
+ * tile is dequantized while the SGEMM of the one before runs; 1 in a build without
+ * that overlap). */
+uint32_t m40_cuda_gemm_buffers(void);
 
 /* m40_cuda_gemm_new - a cuBLAS handle on the current device set up for m40_cuda_gemm():
  * FP32 math mode, host scalars, workspace `workspace` (workspace_bytes, 256-byte aligned,
@@ -84,11 +89,24 @@ struct m40_cuda_gemm *m40_cuda_gemm_free(struct m40_cuda_gemm *g);
 
 /* m40_cuda_gemm - y (n_tok, ldy) = x (n_tok, ldx) * W^T for n_tok >= 1 columns,
  * asynchronous on `stream` (NULL: the legacy default stream): every tile is dequantized
- * and multiplied once per call, so W is read once whatever n_tok is. Calls on one handle
- * must not run concurrently (one thread, and one stream at a time: the scratch is
- * reused in stream order). Errors as above. */
+ * and multiplied once per call, so W is read once whatever n_tok is. With two tile
+ * buffers the dequantization runs on a stream of the handle's own, forked from `stream`
+ * (an event) at the call's start, or once per run (below); the call's work is joined
+ * back into `stream` by the time its last SGEMM is queued there, so a caller that
+ * captures `stream` into a CUDA graph gets all of it. Calls on one handle must not run
+ * concurrently (one thread, and one stream at a time: the scratch is reused in stream
+ * order). Errors as above. */
 int m40_cuda_gemm(struct m40_cuda_gemm *g, const struct m40_cuda_matrix *w, const float *x,
                   size_t ldx, float *y, size_t ldy, uint32_t n_tok, struct CUstream_st *stream);
+
+/* m40_cuda_gemm_begin, m40_cuda_gemm_end - bracket a run of m40_cuda_gemm() calls on
+ * `stream` (a forward pass): within it the dequantization stream forks once, at the
+ * run's first call, so a call's first tile is dequantized while the previous call's last
+ * SGEMM runs (and beside whatever else the caller queued in between: the weights do not
+ * depend on it). Outside a run every call is a run of its own. Begin queues nothing (a
+ * run without calls touches no stream); end closes the run. Accept NULL. */
+void m40_cuda_gemm_begin(struct m40_cuda_gemm *g, struct CUstream_st *stream);
+void m40_cuda_gemm_end(struct m40_cuda_gemm *g);
 
 /* m40_cuda_dequant_rows - out[r][c] = W[r0 + r][k0 + c] for r < n_rows, c < n_k, the
  * exact dequantized weights (the CPU engine's m40_cpu_dequant() bit for bit), into a

@@ -12,6 +12,11 @@
  *    (scratch smaller than one k step of all rows), row tiles of whole rows (more rows
  *    than M40_CUDA_GEMM_MIN_ROWS); on the legacy default stream and on a created one;
  *    y poisoned with NaN first, its guard columns and guard row stay poisoned;
+ *  - a run of calls (m40_cuda_gemm_begin() .. m40_cuda_gemm_end()) of three matrices of
+ *    several tiles each, the tiles' dequantization overlapping the SGEMMs when the
+ *    handle has two tile buffers: every output within the bound, and the same run
+ *    captured into a CUDA graph (the dequantization stream must join the captured one)
+ *    and replayed gives the same bits;
  *  - the argument checks, and -ENOSPC for a scratch that holds no tile.
  * Then, not a check, it prints the rate of m40_cuda_gemm() on 8B-shaped matrices at
  * n_tok 512 beside that of plain cuBLAS SGEMM on the same shape (an F32 matrix, which
@@ -237,7 +242,8 @@ out:
         free(y);
 }
 
-/* Shapes for type ti. n_in: a middle row length (37 or 5 blocks, so a k range of
+/* Shapes for type ti (scratch sizes per tile buffer, times m40_cuda_gemm_buffers()).
+ * n_in: a middle row length (37 or 5 blocks, so a k range of
  * M40_CUDA_GEMM_KSTEP multiples ends short; the float types': not a multiple of 8), a
  * long one, a single block; n_out: not multiples of a tile. The scratch sizes make
  * gemm.cu take each tiling: S_KSPLIT holds fewer than all rows of the matrix but a k
@@ -247,7 +253,7 @@ static void run_type(int ti, int quick)
 {
         const uint32_t type = test_types[ti], bs = m40_ggml_type_info(type)->block_size;
         const uint32_t mid = bs == 1 ? 1003 : bs == 32 ? 1184 : 1280, n_mid = quick ? 37 : 131;
-        const uint64_t whole = scratch_bytes / sizeof(float);
+        const uint64_t whole = scratch_bytes / sizeof(float), nb = m40_cuda_gemm_buffers();
         struct mat m;
 
         if (mat_make(&m, type, mid, n_mid) == 0) {
@@ -257,16 +263,16 @@ static void run_type(int ti, int quick)
                 for (size_t i = 0; i < sizeof(toks) / sizeof(toks[0]); i++)
                         if (!quick || toks[i] <= 65)
                                 gemm_case(&m, ti, S_WHOLE, whole, toks[i], i & 1);
-                gemm_case(&m, ti, S_KSPLIT, (uint64_t)n_mid * 600, quick ? 65 : 200, false);
-                gemm_case(&m, ti, S_TILES, 40 * 256, 65, true);
+                gemm_case(&m, ti, S_KSPLIT, nb * n_mid * 600, quick ? 65 : 200, false);
+                gemm_case(&m, ti, S_TILES, nb * 40 * 256, 65, true);
                 if (!quick)
-                        gemm_case(&m, ti, S_TILES, 40 * 256, 512, false);
+                        gemm_case(&m, ti, S_TILES, nb * 40 * 256, 512, false);
                 mat_free(&m);
         }
         if (!quick && mat_make(&m, type, 4096, 67) == 0) {
                 check_dequant(&m, ti);
                 gemm_case(&m, ti, S_WHOLE, whole, 512, true);
-                gemm_case(&m, ti, S_KSPLIT, 67 * 1200, 65, false);
+                gemm_case(&m, ti, S_KSPLIT, nb * 67 * 1200, 65, false);
                 mat_free(&m);
         }
         if (mat_make(&m, type, bs == 1 ? 7 : bs, 5) == 0) {
@@ -278,10 +284,109 @@ static void run_type(int ti, int quick)
                 mat_free(&m);
         }
         if (!quick && mat_make(&m, type, bs == 256 ? 256 : 64, M40_CUDA_GEMM_MIN_ROWS + 37) == 0) {
-                gemm_case(&m, ti, S_ROWS, (uint64_t)(M40_CUDA_GEMM_MIN_ROWS + 4) * m.n_in, 65,
-                          true);
+                gemm_case(&m, ti, S_ROWS, nb * (M40_CUDA_GEMM_MIN_ROWS + 4) * m.n_in, 65, true);
                 mat_free(&m);
         }
+}
+
+/* A run of three matrices of type ti (131, 67 and 200 rows of 1184 or 1280), several
+ * tiles each (2 x 40 k steps of scratch a buffer), n_tok 65, on `stream`: checked
+ * against the reference, then the same run captured into a graph and replayed must
+ * give the same bits. */
+static void run_case(int ti)
+{
+        const uint32_t type = test_types[ti], bs = m40_ggml_type_info(type)->block_size;
+        const uint32_t n_in = bs == 32 ? 1184 : 1280, rows[3] = {131, 67, 200}, n_tok = 65;
+        const size_t ldx = n_in + 4, ldy = 204; /* every matrix's rows and 4 guard columns */
+        const size_t ny = ldy * (n_tok + 1);    /* and a guard row */
+        struct m40_cuda_gemm *g = handle(m40_cuda_gemm_buffers() * 2 * 40 * 256);
+        struct mat m[3] = {0};
+        float *x = malloc(sizeof(float) * ldx * n_tok), *y = malloc(sizeof(float) * ny);
+        float *y2 = malloc(sizeof(float) * ny);
+        float *dx = NULL, *dy[2][3] = {{NULL}};
+        cudaGraph_t graph = NULL;
+        cudaGraphExec_t exec = NULL;
+        const struct ycheck yc = {.what = "gemm run",
+                                  .n_name = "n_tok",
+                                  .col = "token",
+                                  .row = "column",
+                                  .bound = BOUND,
+                                  .checked = &checked[ti][S_TILES],
+                                  .worst = &worst[ti][S_TILES]};
+        int r = 0, made = 0;
+
+        if (!g || !x || !y || !y2) {
+                fail("gemm run: out of memory");
+                goto out;
+        }
+        for (size_t i = 0; i < ldx * n_tok; i++)
+                x[i] = rng_normal(&seed);
+        for (; made < 3; made++)
+                if (mat_make(&m[made], type, n_in, rows[made]))
+                        goto out;
+        if (cudaMalloc((void **)&dx, sizeof(float) * ldx * n_tok) != cudaSuccess ||
+            cudaMemcpy(dx, x, sizeof(float) * ldx * n_tok, cudaMemcpyHostToDevice) != cudaSuccess)
+                goto dev;
+        for (int c = 0; c < 2; c++)
+                for (int j = 0; j < 3; j++)
+                        if (cudaMalloc((void **)&dy[c][j], sizeof(float) * ny) != cudaSuccess ||
+                            cudaMemset(dy[c][j], 0xff, sizeof(float) * ny) != cudaSuccess)
+                                goto dev;
+        if (cudaDeviceSynchronize() != cudaSuccess)
+                goto dev;
+        for (int c = 0; c < 2 && !r; c++) { /* c 0: run directly, 1: captured */
+                if (c &&
+                    cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess)
+                        goto dev;
+                m40_cuda_gemm_begin(g, stream);
+                for (int j = 0; j < 3 && !r; j++) {
+                        const struct m40_cuda_matrix w = mat_view(&m[j]);
+
+                        r = m40_cuda_gemm(g, &w, dx, ldx, dy[c][j], ldy, n_tok, stream);
+                }
+                m40_cuda_gemm_end(g);
+                if (c && (cudaStreamEndCapture(stream, &graph) != cudaSuccess ||
+                          cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess ||
+                          cudaGraphLaunch(exec, stream) != cudaSuccess))
+                        goto dev;
+                if (cudaStreamSynchronize(stream) != cudaSuccess)
+                        goto dev;
+        }
+        if (r) {
+                fail("gemm run %s: %d (%s) %s", m40_ggml_type_name(type), r, m40_strerror(r),
+                     m40_cuda_gemm_last_error());
+                goto out;
+        }
+        for (int j = 0; j < 3; j++) {
+                if (cudaMemcpy(y, dy[0][j], sizeof(float) * ny, cudaMemcpyDeviceToHost) !=
+                            cudaSuccess ||
+                    cudaMemcpy(y2, dy[1][j], sizeof(float) * ny, cudaMemcpyDeviceToHost) !=
+                            cudaSuccess)
+                        goto dev;
+                mat_check_y(&m[j], &yc, n_tok, x, ldx, y, NULL, ldy);
+                if (memcmp(y, y2, sizeof(float) * ny))
+                        fail("gemm run %s: matrix %d captured and replayed differs from the "
+                             "direct run",
+                             m40_ggml_type_name(type), j);
+        }
+        goto out;
+dev:
+        fail("gemm run %s: device: %s", m40_ggml_type_name(type),
+             cudaGetErrorString(cudaGetLastError()));
+out:
+        if (exec)
+                cudaGraphExecDestroy(exec);
+        if (graph)
+                cudaGraphDestroy(graph);
+        for (int c = 0; c < 2; c++)
+                for (int j = 0; j < 3; j++)
+                        cudaFree(dy[c][j]);
+        cudaFree(dx);
+        for (int j = 0; j < made; j++)
+                mat_free(&m[j]);
+        free(x);
+        free(y);
+        free(y2);
 }
 
 static void check_arguments(void)
@@ -394,9 +499,13 @@ static double rate(uint32_t type, uint32_t n_in, uint32_t n_out, uint32_t n_tok,
             m40_cuda_gemm(g, &w, dx, n_in, dy, n_out, n_tok, stream) < 0 ||
             cudaEventRecord(e0, stream) != cudaSuccess)
                 goto out;
+        m40_cuda_gemm_begin(g, stream); /* as a forward pass runs them */
         for (int i = 0; i < reps; i++)
-                if (m40_cuda_gemm(g, &w, dx, n_in, dy, n_out, n_tok, stream) < 0)
+                if (m40_cuda_gemm(g, &w, dx, n_in, dy, n_out, n_tok, stream) < 0) {
+                        m40_cuda_gemm_end(g);
                         goto out;
+                }
+        m40_cuda_gemm_end(g);
         if (cudaEventRecord(e1, stream) != cudaSuccess || cudaEventSynchronize(e1) != cudaSuccess ||
             cudaEventElapsedTime(&ms, e0, e1) != cudaSuccess || ms <= 0.0f)
                 goto out;
@@ -463,7 +572,7 @@ int main(void)
 
         if (!d)
                 return code;
-        scratch_bytes = M40_CUDA_GEMM_SCRATCH_DEFAULT;
+        scratch_bytes = M40_CUDA_GEMM_SCRATCH_DEFAULT * m40_cuda_gemm_buffers();
         ws_bytes = m40_cuda_gemm_workspace_bytes(m40_cuda_device_info(d)->cc_major);
         if (cudaMalloc((void **)&d_scratch, scratch_bytes) != cudaSuccess ||
             cudaMalloc(&d_ws, ws_bytes) != cudaSuccess ||
@@ -472,8 +581,11 @@ int main(void)
                 goto out;
         }
         check_arguments();
-        for (int ti = 0; ti < N_TYPES; ti++)
+        for (int ti = 0; ti < N_TYPES; ti++) {
                 run_type(ti, quick);
+                if (!quick || test_types[ti] == M40_GGML_Q4_0)
+                        run_case(ti);
+        }
 
         printf("%-5s %12s %10s %10s %10s %10s %9s\n", "type", "dequant", sname[S_WHOLE],
                sname[S_KSPLIT], sname[S_TILES], sname[S_ROWS], "outputs");
