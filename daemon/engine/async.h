@@ -5,6 +5,7 @@
 #define M40_ENGINE_ASYNC_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "engine.h"
@@ -14,6 +15,10 @@
  * Calls on one id keep their effect: a second cancel, or a hold after a cancel, changes
  * nothing; a later hold or release replaces an earlier one. Returns 0, or -ENOMEM. */
 int m40_engine_async_defer(struct m40_engine *e, uint32_t id, bool cancel, bool hold);
+
+/* m40_engine_async_events - up to max events of chained steps that the caller has not
+ * taken yet (oldest first), moved into out; 0 without an asynchronous form. */
+size_t m40_engine_async_events(struct m40_engine *e, struct m40_event *out, size_t max);
 
 /* m40_engine_async_stats - the engine's statistics as of the start of the step in flight. */
 void m40_engine_async_stats(const struct m40_engine *e, struct m40_engine_stats *ret);

@@ -48,8 +48,11 @@ int m40_engine_step(struct m40_engine *e)
 
 size_t m40_engine_events(struct m40_engine *e, struct m40_event *out, size_t max)
 {
-        if (m40_engine_in_flight(e))
-                return 0;
+        /* chained steps' events first (async.c), then the engine's own, between steps */
+        size_t n = m40_engine_async_events(e, out, max);
+
+        if (n || m40_engine_in_flight(e))
+                return n;
         return e->ops->events(e, out, max);
 }
 

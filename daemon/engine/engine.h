@@ -33,7 +33,8 @@
  *     finished is passed over);
  *   - m40_engine_admit() returns -EAGAIN (the step in flight could not take the
  *     sequence anyway: admit after poll, before the next pump);
- *   - m40_engine_events() returns 0 (the step's events come after poll);
+ *   - m40_engine_events() returns 0 (the step's events come after poll), or with chained
+ *     steps those of the steps that have finished (m40_engine_chain);
  *   - m40_engine_stats() tells the figures as of the step's start;
  *   - m40_engine_logits() and m40_engine_step() return -EBUSY;
  *   - m40_engine_kv_need() and m40_engine_model() (fixed at creation) answer as always;
@@ -304,8 +305,22 @@ int m40_engine_fd(struct m40_engine *e);
  * finished: *ret_step is what m40_engine_step() would have returned for it, the calls
  * queued meanwhile have been applied, and its events (and the queued cancels') wait for
  * m40_engine_events(); 0 when no step is in flight or it is still running (*ret_step
- * untouched). */
+ * untouched). With chained steps (m40_engine_chain) it returns 1 for each finished step
+ * (several finished since the last poll count as one: *ret_step is the last one's), and
+ * the engine stays in flight while the engine's thread has gone on to the next step:
+ * the step's events can be taken (m40_engine_events), the queued calls wait. */
 int m40_engine_poll(struct m40_engine *e, int *ret_step);
+
+/* m40_engine_chain - let the engine's thread start the next step itself as soon as a step
+ * has produced work (on), or not (off, the default): a run of steps without a pump and a
+ * poll between them, for a caller with nothing to change between steps (no admission,
+ * no hold or release to make). The chain ends after the step in flight when the caller
+ * turns it off, queues a cancel or a hold (they need the engine between steps, so they
+ * turn it off themselves), or frees the engine, and when a step produces nothing or
+ * fails; turning it on while calls are queued leaves it off. Meanwhile m40_engine_stats()
+ * tells the figures as of the start of the chained step in flight. The first call starts
+ * the engine's thread (as m40_engine_pump). Returns 0, or -errno as pump. */
+int m40_engine_chain(struct m40_engine *e, bool on);
 
 /* m40_engine_step_times - when the engine's thread ran the step that m40_engine_poll()
  * collected last: CLOCK_MONOTONIC ns at which it began the step (*ret_begin_ns; the time
@@ -313,6 +328,17 @@ int m40_engine_poll(struct m40_engine *e, int *ret_step);
  * (*ret_end_ns; the time from it to m40_engine_poll() is the caller's wake-up). Returns 0,
  * or -ENODATA before the first collected step (nothing written). */
 int m40_engine_step_times(const struct m40_engine *e, uint64_t *ret_begin_ns, uint64_t *ret_end_ns);
+
+/* m40_engine_step_records - the steps the engine's thread has finished since the last
+ * call, oldest first, at most max moved into out: when it began and ended each
+ * (CLOCK_MONOTONIC ns), and whether it began it by itself (chained: m40_engine_chain)
+ * rather than for a pump. Up to 4096 wait to be taken (later ones are not kept). Any
+ * thread of the caller's, while in flight too; 0 without an engine thread. */
+struct m40_step_record {
+        uint64_t begin_ns, end_ns;
+        bool chained;
+};
+size_t m40_engine_step_records(struct m40_engine *e, struct m40_step_record *out, size_t max);
 
 /* m40_engine_in_flight - whether a step is in flight (pumped and not yet collected). */
 bool m40_engine_in_flight(const struct m40_engine *e);

@@ -29,6 +29,7 @@ void m40d_config_default(struct m40d_config *c)
         c->max_batch_tokens = 256;
         c->prefill_chunk_tokens = M40_PREFILL_CHUNK_DEFAULT;
         c->step_timeout_ms = M40D_STEP_TIMEOUT_MS_DEFAULT;
+        c->chain_steps = false;
         snprintf(c->socket, sizeof(c->socket), "/run/m40d/m40d.sock");
         snprintf(c->group, sizeof(c->group), "m40");
         c->max_clients = 64;
@@ -165,6 +166,15 @@ static int engine_key(struct parse *p, const char *key, const char *v)
                         c->mode = M40_ENGINE_MODE_PERSISTENT;
                 else
                         return bad(p, s, key, "expected default, steps or persistent");
+                return 1;
+        }
+        if (!strcmp(key, "chain_steps")) {
+                if (!strcmp(v, "true") || !strcmp(v, "yes") || !strcmp(v, "1"))
+                        c->chain_steps = true;
+                else if (!strcmp(v, "false") || !strcmp(v, "no") || !strcmp(v, "0"))
+                        c->chain_steps = false;
+                else
+                        return bad(p, s, key, "expected true or false");
                 return 1;
         }
         if (!strcmp(key, "threads"))

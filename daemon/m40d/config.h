@@ -33,6 +33,9 @@ struct m40d_config {
         /* how the CUDA engine runs decode steps: enum m40_engine_mode (engine/engine.h); 0
          * its default */
         uint32_t mode;
+        /* the engine's thread goes on from step to step by itself while nothing waits for
+         * the engine between steps (m40_engine_chain; sched.c chain_ok) */
+        bool chain_steps;
         /* [server] */
         char socket[108];
         char group[64]; /* "" : only root and the daemon's user */

@@ -379,14 +379,24 @@ static bool collect(struct m40_sched *s)
         int k = 0;
 
         if (s->stepping) {
-                uint64_t begin, end;
+                struct m40_step_record rec[64];
+                const uint64_t t = now_ns();
+                size_t n;
 
                 if (!m40_engine_poll(s->e, &k))
                         return false;
-                if (!m40_engine_step_times(s->e, &begin, &end))
-                        m40_steptimes_collected(&s->times, begin, end, now_ns());
+                s->stepping = m40_engine_in_flight(s->e); /* a chained step goes on */
+                /* every step finished since: a chained one began without a pump */
+                while ((n = m40_engine_step_records(s->e, rec, 64)) > 0) {
+                        for (size_t i = 0; i < n; i++) {
+                                if (rec[i].chained)
+                                        m40_steptimes_pumped(&s->times, rec[i].begin_ns);
+                                m40_steptimes_collected(&s->times, rec[i].begin_ns, rec[i].end_ns,
+                                                        t);
+                                s->step_start_ns = rec[i].end_ns; /* the next one's, chained */
+                        }
+                }
         }
-        s->stepping = false;
         take_events(s);
         if (k < 0) {
                 /* the engine stays usable, but these sequences' state is unknown */
@@ -395,8 +405,23 @@ static bool collect(struct m40_sched *s)
         return true;
 }
 
+/* chain_ok - whether the engine's thread may go on from step to step by itself
+ * (m40_engine_chain): nothing waits for the engine between steps: no request to admit, no
+ * held sequence (to release, or to cancel at its hold timeout), no client with
+ * submissions to parse. Holds and cancels made during a chain end it by themselves. */
+static bool chain_ok(const struct m40_sched *s)
+{
+        if (!s->cfg.chain_steps || s->n_queued || s->n_held)
+                return false;
+        for (const struct m40_sched_client *c = s->clients; c; c = c->next)
+                if (!c->broken && m40_ipc_region_pending(&c->region))
+                        return false;
+        return true;
+}
+
 /* start - with the engine idle: admits what fits and starts a step on the engine's thread
- * when a sequence is not held (a step of held sequences alone would do nothing). */
+ * when a sequence is not held (a step of held sequences alone would do nothing), chained
+ * when chain_ok(). */
 static void start(struct m40_sched *s)
 {
         int k;
@@ -406,7 +431,8 @@ static void start(struct m40_sched *s)
         admit(s);
         if (decoding(s) == 0)
                 return;
-        k = m40_engine_pump(s->e);
+        k = m40_engine_chain(s->e, chain_ok(s));
+        k = k ? k : m40_engine_pump(s->e);
         if (k > 0) {
                 s->stepping = true;
                 s->step_start_ns = now_ns();
@@ -480,7 +506,9 @@ int m40_sched_run(struct m40_sched *s)
 {
         bool work;
 
-        collect(s);
+        /* a chain goes on only while nothing waits for the engine between steps */
+        if (!collect(s) && !chain_ok(s))
+                m40_engine_chain(s->e, false);
         expire(s, now_ns());
         /* before the next step: hold the sequences of clients whose rings are full */
         work = deliver_all(s);

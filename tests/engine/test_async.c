@@ -10,7 +10,10 @@
  * tokens; hold then release within one step leaves it running; a cancel of an id that is
  * not active is passed over); freeing an engine with a step in flight waits for it;
  * m40_engine_step_times() places each collected step between its pump and its poll, and
- * has none before the first.
+ * has none before the first. Chained steps (m40_engine_chain): the engine's thread runs
+ * step after step without pumps, their events come out while the engine stays in flight,
+ * and the tokens are the reference's; a cancel made during the chain stops it after the
+ * step in flight and gives the reference's prefix; turning the chain off stops it too.
  *
  * usage: test_async MODEL.gguf; exit 0 pass, 1 fail, 77 when the model does not exist. */
 #include <errno.h>
@@ -295,6 +298,62 @@ static void queued(const char *path, const struct run *ref)
         m40_engine_free(e);
 }
 
+/* chained - the whole run with chained steps: pump only when the engine is not in flight.
+ * Sequence 0 is cancelled at the 5th collected step; the chain is turned off at the 12th
+ * and on again at the 13th (when the engine has stopped). */
+static void chained(const char *path, const struct run *ref)
+{
+        struct run run;
+        struct m40_engine *e = fresh(path, &run);
+        uint32_t done = 0;
+        int pumps = 0, polls = 0, in_flight_polls = 0;
+
+        if (!e)
+                return;
+        CHECK(m40_engine_chain(e, true) == 0, "chain on");
+        for (int t = 0; t < MAX_STEPS && done < N_SEQ; t++) {
+                int fd = m40_engine_fd(e), k = -1;
+
+                if (!m40_engine_in_flight(e)) {
+                        CHECK(m40_engine_pump(e) == 1, "pump");
+                        pumps++;
+                }
+                CHECK(readable(fd, 30000) && m40_engine_poll(e, &k) == 1, "poll %d", t);
+                polls++;
+                in_flight_polls += m40_engine_in_flight(e);
+                CHECK(k >= 0 && k <= N_SEQ, "step returned %d", k);
+                if (polls == 5) {
+                        CHECK(m40_engine_cancel(e, run.ids[0]) == 0, "cancel in the chain");
+                }
+                if (polls == 12)
+                        CHECK(m40_engine_chain(e, false) == 0, "chain off");
+                if (polls == 13)
+                        CHECK(m40_engine_chain(e, true) == 0, "chain on again");
+                done += take(e, &run);
+        }
+        /* the last step produced nothing to go on with: the chain has stopped */
+        for (int i = 0; i < 100 && m40_engine_in_flight(e); i++) {
+                int k = -1;
+
+                if (readable(m40_engine_fd(e), 30000))
+                        m40_engine_poll(e, &k);
+                done += take(e, &run);
+        }
+        CHECK(!m40_engine_in_flight(e), "the chain stops when no sequence is left");
+        CHECK(done == N_SEQ, "every sequence finished");
+        CHECK(in_flight_polls > 0 && pumps < polls,
+              "the engine's thread went on by itself: %d pumps for %d collected steps", pumps,
+              polls);
+        CHECK(run.finish[0] == M40_FINISH_CANCEL && run.n[0] < N_GEN &&
+                      !memcmp(run.toks[0], ref->toks[0], run.n[0] * sizeof(int32_t)),
+              "sequence 0: cancelled in the chain with a prefix of the reference (%u tokens)",
+              run.n[0]);
+        for (int i = 1; i < N_SEQ; i++)
+                CHECK(run.n[i] == N_GEN && !memcmp(run.toks[i], ref->toks[i], sizeof(run.toks[i])),
+                      "sequence %d: chained tokens differ from the reference", i);
+        m40_engine_free(e);
+}
+
 /* free_in_flight - freeing an engine whose step is in flight (and one whose finished step
  * was never collected) waits for it and frees everything (ASan checks the rest). */
 static void free_in_flight(const char *path)
@@ -329,6 +388,7 @@ int main(int argc, char **argv)
         in_flight_calls(argv[1]);
         queued(argv[1], &ref);
         free_in_flight(argv[1]);
+        chained(argv[1], &ref);
         if (failures)
                 fprintf(stderr, "%d checks failed\n", failures);
         return failures ? 1 : 0;

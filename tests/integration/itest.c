@@ -44,6 +44,8 @@ int itest_daemon_start(struct itest_daemon *d, const char *m40d, const char *mod
                 return -1;
         fprintf(f, "[model]\npath = %s\n[server]\nsocket = %s\ngroup =\n%s\n", model, d->sock,
                 extra ? extra : "");
+        if (getenv("M40_ITEST_INI")) /* a test run's variant, e.g. [engine] chain_steps */
+                fprintf(f, "%s\n", getenv("M40_ITEST_INI"));
         fclose(f);
         d->pid = fork();
         if (d->pid < 0)

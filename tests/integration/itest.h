@@ -28,7 +28,8 @@ struct itest_daemon {
 };
 
 /* itest_daemon_start - runs m40d (binary m40d) serving model, with extra lines appended to
- * its ini (may be NULL) and NOTIFY_SOCKET=notify when not NULL; when the caller's
+ * its ini (may be NULL), then the environment's M40_ITEST_INI when set (the meson tests of
+ * a variant: a section and its keys), and NOTIFY_SOCKET=notify when not NULL; when the caller's
  * environment has WATCHDOG_USEC, m40d gets it with WATCHDOG_PID = m40d's own pid, as systemd
  * sets them (sd_watchdog_enabled() is then on). Waits until the socket accepts a client. Returns 0,
  * or -1 (message on stderr). */

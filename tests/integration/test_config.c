@@ -171,6 +171,36 @@ static void test_mode(void)
         }
 }
 
+/* [engine] chain_steps: true/yes/1 or false/no/0; default true */
+static void test_chain_steps(void)
+{
+        static const struct {
+                const char *v;
+                bool on;
+        } good[] = {{"true", true},   {"yes", true}, {"1", true},
+                    {"false", false}, {"no", false}, {"0", false}};
+        static const char *const bad[] = {"", "True", "on", "2", "false true"};
+        struct m40d_config c;
+        char ini[256], err[1024];
+        int r;
+
+        m40d_config_default(&c);
+        CHECK(!c.chain_steps, "chain_steps default false");
+        for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+                snprintf(ini, sizeof(ini), "[engine]\nchain_steps = %s\n", good[i].v);
+                r = load(ini, &c, err, sizeof(err));
+                CHECK(r == 0 && c.chain_steps == good[i].on, "chain_steps = %s: %d (%s)", good[i].v,
+                      r, err);
+        }
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+                snprintf(ini, sizeof(ini), "[engine]\nchain_steps = %s\n", bad[i]);
+                r = load(ini, &c, err, sizeof(err));
+                CHECK(r == -EINVAL && strstr(err, "[engine] chain_steps: ") &&
+                              strstr(err, "expected true or false"),
+                      "chain_steps = '%s': %d, message '%s'", bad[i], r, err);
+        }
+}
+
 static void test_sampling(void)
 {
         static const struct {
@@ -324,6 +354,7 @@ int main(int argc, char **argv)
         test_prefill_chunk();
         test_step_timeout();
         test_mode();
+        test_chain_steps();
         test_sampling();
         test_errors();
         test_not_a_file();
