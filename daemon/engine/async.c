@@ -57,8 +57,8 @@ struct m40_engine_async {
         bool running;                  /* the worker is in a step (or goes on to the next) */
         struct m40_event *ev;          /* (cap_ev) events of chained steps, from ev_head */
         size_t n_ev, ev_head, cap_ev;
-        struct m40_step_record *rec; /* (cap_rec) finished steps not yet taken */
-        size_t n_rec, cap_rec;
+        struct m40_step_record *rec; /* (cap_rec) finished steps not yet taken, from rec_head */
+        size_t n_rec, rec_head, cap_rec;
         struct m40_engine_stats st; /* as of the start of the step in flight (a pump's or
                                      * a chained step's) */
         /* the caller's thread only */
@@ -85,8 +85,6 @@ static int stash(struct m40_engine_async *a)
                 size_t room, n;
 
                 pthread_mutex_lock(&a->mu);
-                if (a->ev_head && a->ev_head == a->n_ev)
-                        a->ev_head = a->n_ev = 0;
                 if (a->cap_ev - a->n_ev < 64) {
                         size_t cap = a->cap_ev ? 2 * a->cap_ev : 256;
                         struct m40_event *ev = realloc(a->ev, cap * sizeof(*ev));
@@ -282,6 +280,20 @@ int m40_engine_chain(struct m40_engine *e, bool on)
         return 0;
 }
 
+/* take - moves up to max of the *n - *head items of `size` bytes at q + *head into out;
+ * empties the queue (both 0) when all are taken. Under mu, the caller's thread. */
+static size_t take(void *q, size_t *head, size_t *n, size_t size, void *out, size_t max)
+{
+        const size_t k = *n - *head < max ? *n - *head : max;
+
+        if (k)
+                memcpy(out, (char *)q + *head * size, k * size);
+        *head += k;
+        if (*head == *n)
+                *head = *n = 0;
+        return k;
+}
+
 size_t m40_engine_step_records(struct m40_engine *e, struct m40_step_record *out, size_t max)
 {
         struct m40_engine_async *a = e->async;
@@ -290,10 +302,7 @@ size_t m40_engine_step_records(struct m40_engine *e, struct m40_step_record *out
         if (!a)
                 return 0;
         pthread_mutex_lock(&a->mu);
-        n = a->n_rec < max ? a->n_rec : max;
-        memcpy(out, a->rec, n * sizeof(*out));
-        memmove(a->rec, a->rec + n, (a->n_rec - n) * sizeof(*out));
-        a->n_rec -= n;
+        n = take(a->rec, &a->rec_head, &a->n_rec, sizeof(*out), out, max);
         pthread_mutex_unlock(&a->mu);
         return n;
 }
@@ -306,10 +315,7 @@ size_t m40_engine_async_events(struct m40_engine *e, struct m40_event *out, size
         if (!a)
                 return 0;
         pthread_mutex_lock(&a->mu);
-        n = a->n_ev - a->ev_head < max ? a->n_ev - a->ev_head : max;
-        if (n)
-                memcpy(out, a->ev + a->ev_head, n * sizeof(*out));
-        a->ev_head += n;
+        n = take(a->ev, &a->ev_head, &a->n_ev, sizeof(*out), out, max);
         pthread_mutex_unlock(&a->mu);
         return n;
 }

@@ -424,6 +424,7 @@ static bool chain_ok(const struct m40_sched *s)
  * when chain_ok(). */
 static void start(struct m40_sched *s)
 {
+        bool chain;
         int k;
 
         if (s->stepping)
@@ -431,7 +432,10 @@ static void start(struct m40_sched *s)
         admit(s);
         if (decoding(s) == 0)
                 return;
-        k = m40_engine_chain(s->e, chain_ok(s));
+        chain = chain_ok(s);
+        /* the engine's flag outlives a step: set when it is wanted, or may still be on */
+        k = chain || s->chaining ? m40_engine_chain(s->e, chain) : 0;
+        s->chaining = chain;
         k = k ? k : m40_engine_pump(s->e);
         if (k > 0) {
                 s->stepping = true;
@@ -507,8 +511,10 @@ int m40_sched_run(struct m40_sched *s)
         bool work;
 
         /* a chain goes on only while nothing waits for the engine between steps */
-        if (!collect(s) && !chain_ok(s))
+        if (!collect(s) && s->chaining && !chain_ok(s)) {
                 m40_engine_chain(s->e, false);
+                s->chaining = false;
+        }
         expire(s, now_ns());
         /* before the next step: hold the sequences of clients whose rings are full */
         work = deliver_all(s);

@@ -76,6 +76,7 @@ struct m40_sched {
         struct m40_tok_scratch *scratch;
         bool draining;
         bool stepping;          /* a step is in flight on the engine's thread (m40_engine_pump) */
+        bool chaining;          /* it was pumped with m40_engine_chain on (sched.c chain_ok) */
         uint64_t step_start_ns; /* when start() pumped the step in flight */
         struct m40_steptimes times; /* of the steps, for STATUS */
         uint64_t vclock;            /* vtime of the client read last */
