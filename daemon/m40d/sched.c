@@ -372,9 +372,9 @@ static void take_events(struct m40_sched *s)
 }
 
 /* collect - when the step in flight has finished: its events (and those of the calls
- * queued meanwhile) become request events; when no step is in flight, the events of
- * cancels. Returns whether the engine is idle (no step in flight) afterwards. */
-static bool collect(struct m40_sched *s)
+ * queued meanwhile) become request events, and s->stepping says whether a chained step
+ * goes on; when no step is in flight, the events of cancels. */
+static void collect(struct m40_sched *s)
 {
         int k = 0;
 
@@ -384,7 +384,7 @@ static bool collect(struct m40_sched *s)
                 size_t n;
 
                 if (!m40_engine_poll(s->e, &k))
-                        return false;
+                        return;
                 s->stepping = m40_engine_in_flight(s->e); /* a chained step goes on */
                 /* every step finished since: a chained one began without a pump */
                 while ((n = m40_engine_step_records(s->e, rec, 64)) > 0) {
@@ -402,7 +402,6 @@ static bool collect(struct m40_sched *s)
                 /* the engine stays usable, but these sequences' state is unknown */
                 m40_sched_cancel_all(s, k);
         }
-        return true;
 }
 
 /* chain_ok - whether the engine's thread may go on from step to step by itself
@@ -510,8 +509,12 @@ int m40_sched_run(struct m40_sched *s)
 {
         bool work;
 
-        /* a chain goes on only while nothing waits for the engine between steps */
-        if (!collect(s) && s->chaining && !chain_ok(s)) {
+        /* A chain goes on only while nothing waits for the engine between steps. Checked
+         * after every collect, a finished step's included: a client's doorbell that lands
+         * on the same wake as a step's end must still stop the chain, else its submission
+         * waits for the chain to end by itself. */
+        collect(s);
+        if (s->stepping && s->chaining && !chain_ok(s)) {
                 m40_engine_chain(s->e, false);
                 s->chaining = false;
         }
