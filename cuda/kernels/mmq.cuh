@@ -88,13 +88,19 @@ template <int TM_, int TN_, int MR_, int NR_, int NT_, int MINB_> struct mq_shap
 /* The shapes by column tile (matvec.cu picks TN from the batch). Knobs for A/B builds:
  * MQ_S64, MQ_S32, MQ_S16 1 take 128-thread blocks with 8-row thread tiles (fewer shared
  * loads per FMA, more blocks per SM) instead of 256-thread blocks with 4-row ones. On the
- * shared schedule (mq_sched.cuh) the 16-column tile gains from it and the wider ones
- * lose (RESULTS.md), so only MQ_S16 is 1 by default. */
+ * shared schedule (mq_sched.cuh) the 16- and 32-column tiles gain from it and the
+ * 64-column one loses (its 8 x 8 thread tile leaves 3 blocks, 12 warps, an SM;
+ * RESULTS.md), so MQ_S64 alone is 0 by default.
+ * Register budget: the 256-thread shapes run two blocks an SM in 128 registers a thread,
+ * and their tile needs ~110-120 of them with its shared loads pipelined (a k step's
+ * operands read before the FMAs of the one before, mq_mul()); a kernel that calls it
+ * keeps little else live across it (mq_sched.cuh's mq_sk_sum() takes its sums in chunks
+ * for this), else ptxas drops the pipelining or spills. */
 #ifndef MQ_S64
 #define MQ_S64 0
 #endif
 #ifndef MQ_S32
-#define MQ_S32 0
+#define MQ_S32 1
 #endif
 #ifndef MQ_S16
 #define MQ_S16 1
@@ -129,6 +135,17 @@ template <class S> __device__ __forceinline__ int mq_xs(int kk, int col)
         return kk * S::TN + (col ^ (kk & ~3 & (S::TN - 1)));
 }
 
+/* mq_tid - threadIdx.x, made anew where it is called: the addresses a k step derives from it
+ * are then computed in that step (a few integer instructions) instead of being hoisted out of
+ * the k loop into registers that the products need for their pipelined shared loads. */
+__device__ __forceinline__ int mq_tid()
+{
+        int t = threadIdx.x;
+
+        asm volatile("" : "+r"(t));
+        return t;
+}
+
 /* Load the step at k into r: rows past n_rows, columns past ncols and k past k1 read
  * as 0 (mq_store() decodes those weights to 0). Activation run i is column i / 8, k
  * k + 4 (i % 8): 8 lanes read a column's 128 bytes. */
@@ -137,7 +154,7 @@ __device__ __forceinline__ void mq_load(mq_regs<T, S> &r, const uint8_t *__restr
                                         size_t row_bytes, int n_rows, int n_in, int k, int k1,
                                         const float *__restrict__ x, int ldx, int ncols)
 {
-        const int t = threadIdx.x;
+        const int t = mq_tid();
 
         if (t < S::TM) {
                 if (t < n_rows && k < k1)
@@ -169,7 +186,7 @@ template <int T, class S>
 __device__ __forceinline__ void mq_store(const mq_regs<T, S> &r, int n_rows, int n_in, int k,
                                          int k1, float *__restrict__ ws, float *__restrict__ xs)
 {
-        const int t = threadIdx.x;
+        const int t = mq_tid();
 
         if (t < S::TM) {
                 const bool ok = t < n_rows && k < k1;
@@ -214,50 +231,61 @@ template <class S> __device__ __forceinline__ int mq_col(int tx, int j)
         return S::NR == 8 ? (j >> 2) * (S::TN / 2) + tx * 4 + (j & 3) : tx * S::NR + j;
 }
 
-/* acc += the step in ws/xs: thread (ty, tx) takes rows ty*MR.. and columns mq_col(tx, ..). */
+/* acc += the step in ws/xs: thread (ty, tx) takes rows ty*MR.. and columns mq_col(tx, ..).
+ * The operands of k step kk + 1 are read from shared memory before the FMAs of kk (two
+ * register sets), so that a warp's FMAs hide its shared loads' latency. */
+template <class S>
+__device__ __forceinline__ void mq_frag(float (&a)[S::MR], float (&b)[S::NR],
+                                        const float *__restrict__ ws, const float *__restrict__ xs,
+                                        int ty, int tx, int kk)
+{
+        /* row kk's columns are at xb + kk * TN (mq_xs): made per k step, not kept for all
+         * 8 runs of 4 k (registers the pipelined loads need) */
+        const float *xb =
+                xs + ((S::NR >= 4 ? mq_col<S>(tx, 0) : tx * S::NR) ^ (kk & ~3 & (S::TN - 1)));
+
+#pragma unroll
+        for (int i = 0; i < S::MR; i += 4) {
+                const float4 v = *(const float4 *)&ws[kk * S::TM + ty * S::MR + i];
+
+                a[i] = v.x, a[i + 1] = v.y, a[i + 2] = v.z, a[i + 3] = v.w;
+        }
+        if (S::NR >= 4) {
+#pragma unroll
+                for (int j = 0; j < S::NR; j += 4) {
+                        /* mq_col(tx, j) - mq_col(tx, 0) is j or TN/2: bits the swizzle
+                         * leaves alone */
+                        const float4 v = *(const float4 *)(xb + kk * S::TN + mq_col<S>(0, j));
+
+                        b[j] = v.x, b[S::NR > 1 ? j + 1 : 0] = v.y;
+                        b[S::NR > 2 ? j + 2 : 0] = v.z, b[S::NR > 3 ? j + 3 : 0] = v.w;
+                }
+        } else if (S::NR == 2) {
+                const float2 v = *(const float2 *)(xb + kk * S::TN);
+
+                b[0] = v.x, b[S::NR > 1 ? 1 : 0] = v.y;
+        } else {
+                b[0] = xb[kk * S::TN];
+        }
+}
+
 template <class S>
 __device__ __forceinline__ void mq_mul(float (&acc)[S::MR][S::NR], const float *__restrict__ ws,
                                        const float *__restrict__ xs)
 {
         const int t = threadIdx.x, ty = t / S::TX, tx = t % S::TX;
-        const float *xb[8]; /* row kk's columns are at xb[kk / 4] + kk * TN (mq_xs) */
+        float a[2][S::MR], b[2][S::NR];
 
-#pragma unroll
-        for (int c = 0; c < 8; c++)
-                xb[c] = xs + ((S::NR >= 4 ? mq_col<S>(tx, 0) : tx * S::NR) ^ (4 * c & (S::TN - 1)));
+        mq_frag<S>(a[0], b[0], ws, xs, ty, tx, 0);
 #pragma unroll
         for (int kk = 0; kk < MQ_KS; kk++) {
-                float a[S::MR], b[S::NR];
-
-#pragma unroll
-                for (int i = 0; i < S::MR; i += 4) {
-                        const float4 v = *(const float4 *)&ws[kk * S::TM + ty * S::MR + i];
-
-                        a[i] = v.x, a[i + 1] = v.y, a[i + 2] = v.z, a[i + 3] = v.w;
-                }
-                if (S::NR >= 4) {
-#pragma unroll
-                        for (int j = 0; j < S::NR; j += 4) {
-                                /* mq_col(tx, j) - mq_col(tx, 0) is j or TN/2: bits the
-                                 * swizzle leaves alone */
-                                const float4 v = *(const float4 *)(xb[kk / 4] + kk * S::TN +
-                                                                   mq_col<S>(0, j));
-
-                                b[j] = v.x, b[S::NR > 1 ? j + 1 : 0] = v.y;
-                                b[S::NR > 2 ? j + 2 : 0] = v.z, b[S::NR > 3 ? j + 3 : 0] = v.w;
-                        }
-                } else if (S::NR == 2) {
-                        const float2 v = *(const float2 *)(xb[kk / 4] + kk * S::TN);
-
-                        b[0] = v.x, b[S::NR > 1 ? 1 : 0] = v.y;
-                } else {
-                        b[0] = xb[kk / 4][kk * S::TN];
-                }
+                if (kk + 1 < MQ_KS)
+                        mq_frag<S>(a[(kk + 1) & 1], b[(kk + 1) & 1], ws, xs, ty, tx, kk + 1);
 #pragma unroll
                 for (int i = 0; i < S::MR; i++)
 #pragma unroll
                         for (int j = 0; j < S::NR; j++)
-                                acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+                                acc[i][j] = fmaf(a[kk & 1][i], b[kk & 1][j], acc[i][j]);
         }
 }
 

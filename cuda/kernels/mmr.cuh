@@ -431,11 +431,12 @@ static inline bool mr_fits(const struct mq_args *a, bool *vec)
  * throughput); k_mmr at 33..56 gave +44% at b40, +23% at b48, +9% at b56 (8B Q8_0 +40% / +20% /
  * +6%, 1B Q4_0 +43% / +28% / +16%), while at b64 mmq's full tile stays ahead on the 8B files (k_mmr
  * 0.97 on Q4_0, 0.95 on Q8_0). The K types' k_mmr (2 rows a lane: pieces of 64 or 128 elements) is
- * slower than mmq's full 32- and 64-column tiles: 8B Q4_K_M b24 1163 (k_mmr) against 1084 (mmq's
- * 32-wide tile), b32 1206 against 1420, b40 1224 against 1127, b48 1235 against 1332. Knobs for A/B
- * builds: MR_MAX_NB for the 32-element quant types and Q8_0, MR_MAX_NB_F for the float types (not
- * measured above 32), MR_K_LO and MR_K_HI for the K types (k_mmr up to MR_K_LO, and from 33 to
- * MR_K_HI); 0 gives every batch to mmq. */
+ * slower than mmq's 32- and 64-column tiles from 17 columns on since those run with their shared
+ * loads pipelined (mmq.cuh's register budget): 8B Q4_K_M b24 +4.7% and b40 +5.6% on mmq. With mmq
+ * at 57..64 the 8B Q4_0 file gains 3% at b56 and the 1B loses 5%, so the 32-element types keep
+ * k_mmr there. Knobs for A/B builds: MR_MAX_NB for the 32-element quant types and Q8_0, MR_MAX_NB_F
+ * for the float types (not measured above 32), MR_K_LO and MR_K_HI for the K types (k_mmr up to
+ * MR_K_LO, and from 33 to MR_K_HI: none by default); 0 gives every batch to mmq. */
 #ifndef MR_MAX_NB
 #define MR_MAX_NB 56
 #endif
@@ -443,10 +444,10 @@ static inline bool mr_fits(const struct mq_args *a, bool *vec)
 #define MR_MAX_NB_F 32
 #endif
 #ifndef MR_K_LO
-#define MR_K_LO 24
+#define MR_K_LO 16
 #endif
 #ifndef MR_K_HI
-#define MR_K_HI 40
+#define MR_K_HI 32
 #endif
 static_assert(MR_MAX_NB <= 64 && MR_MAX_NB_F <= 64 && MR_K_LO <= 32 && MR_K_HI <= 64,
               "k_mmr takes at most 64 columns");

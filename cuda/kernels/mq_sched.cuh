@@ -170,38 +170,54 @@ __device__ bool mq_sk_count(const float (&v)[R][C], const struct mq_args &a, int
 /* mq_sk_sum - in the block that counted unit u's last segment: out(e, s) for each of the
  * unit's E x NT sums (NT the block's threads, e an index into a slot; thread t takes e =
  * t + NT i), s its segments' sums added in segment order; clears the unit's counter.
- * Every thread of the block calls it. A thread's E loads of a segment go out together
- * (a unit may have tens of segments, each an L2 round trip). The unit's first block
- * holds its first segment in slot 0 if its range starts at the unit, else in slot 1;
- * every later block's range starts in the unit: slot 0 (no division per element). */
+ * Every thread of the block calls it. A thread's loads of a segment go out together (a
+ * unit may have tens of segments, each an L2 round trip), MQ_SUM_CHUNK of its E sums at
+ * a time: with all E of a wide tile (32) at once, the sums' registers and the 32 outputs'
+ * places (hoisted by the compiler out of the caller's loop) crowd the tile's products out
+ * of the registers their pipelined shared loads need, in the same kernel.
+ * The unit's first block holds its first segment in slot 0 if its range starts at the
+ * unit, else in slot 1; every later block's range starts in the unit: slot 0 (no
+ * division per element). */
+#ifndef MQ_SUM_CHUNK
+#define MQ_SUM_CHUNK 16
+#endif
 template <int E, int NT, class F>
 __device__ __forceinline__ void mq_sk_sum(const struct mq_args &a, int u, F out)
 {
+        enum { CH = E < MQ_SUM_CHUNK ? E : MQ_SUM_CHUNK };
+        static_assert(E % CH == 0, "whole chunks");
         const long long ub = (long long)u * a.steps;
         const int gf = mq_sk_block(ub, a.work, gridDim.x);
         const int gl = mq_sk_block(ub + a.steps - 1, a.work, gridDim.x);
         const size_t n = (size_t)E * NT;
-        const float *p = a.part + (2 * gf + (mq_sk_start(a.work, gridDim.x, gf) == ub ? 0 : 1)) * n;
-        float s[E];
+        const float *p0 =
+                a.part + (2 * gf + (mq_sk_start(a.work, gridDim.x, gf) == ub ? 0 : 1)) * n;
 
         __threadfence(); /* the other segments' sums are read after their counts */
-#pragma unroll
-        for (int i = 0; i < E; i++)
-                s[i] = __ldcg(p + threadIdx.x + NT * i);
-        for (int b = gf + 1; b <= gl; b++) {
-                float v[E];
+        /* not unrolled: the outputs' places, made per chunk, are not hoisted out of the
+         * caller's loop either */
+#pragma unroll 1
+        for (int c0 = 0; c0 < E; c0 += CH) {
+                float s[CH];
 
-                p = a.part + 2 * b * n;
 #pragma unroll
-                for (int i = 0; i < E; i++)
-                        v[i] = __ldcg(p + threadIdx.x + NT * i);
+                for (int i = 0; i < CH; i++)
+                        s[i] = __ldcg(p0 + threadIdx.x + NT * (c0 + i));
+                for (int b = gf + 1; b <= gl; b++) {
+                        const float *p = a.part + 2 * b * n;
+                        float v[CH];
+
 #pragma unroll
-                for (int i = 0; i < E; i++)
-                        s[i] += v[i];
+                        for (int i = 0; i < CH; i++)
+                                v[i] = __ldcg(p + threadIdx.x + NT * (c0 + i));
+#pragma unroll
+                        for (int i = 0; i < CH; i++)
+                                s[i] += v[i];
+                }
+#pragma unroll
+                for (int i = 0; i < CH; i++)
+                        out(threadIdx.x + NT * (c0 + i), s[i]);
         }
-#pragma unroll
-        for (int i = 0; i < E; i++)
-                out(threadIdx.x + NT * i, s[i]);
         if (threadIdx.x == 0)
                 a.sem[u] = 0; /* for the next launch (stream order) */
         __syncthreads();      /* this block's slots are free */
