@@ -29,7 +29,7 @@ void m40d_config_default(struct m40d_config *c)
         c->max_batch_tokens = 256;
         c->prefill_chunk_tokens = M40_PREFILL_CHUNK_DEFAULT;
         c->step_timeout_ms = M40D_STEP_TIMEOUT_MS_DEFAULT;
-        c->chain_steps = false;
+        c->chain_steps = M40D_CHAIN_AUTO;
         snprintf(c->socket, sizeof(c->socket), "/run/m40d/m40d.sock");
         snprintf(c->group, sizeof(c->group), "m40");
         c->max_clients = 64;
@@ -169,12 +169,14 @@ static int engine_key(struct parse *p, const char *key, const char *v)
                 return 1;
         }
         if (!strcmp(key, "chain_steps")) {
-                if (!strcmp(v, "true") || !strcmp(v, "yes") || !strcmp(v, "1"))
-                        c->chain_steps = true;
+                if (!strcmp(v, "auto"))
+                        c->chain_steps = M40D_CHAIN_AUTO;
+                else if (!strcmp(v, "true") || !strcmp(v, "yes") || !strcmp(v, "1"))
+                        c->chain_steps = M40D_CHAIN_ON;
                 else if (!strcmp(v, "false") || !strcmp(v, "no") || !strcmp(v, "0"))
-                        c->chain_steps = false;
+                        c->chain_steps = M40D_CHAIN_OFF;
                 else
-                        return bad(p, s, key, "expected true or false");
+                        return bad(p, s, key, "expected auto, true or false");
                 return 1;
         }
         if (!strcmp(key, "threads"))

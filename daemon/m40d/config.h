@@ -7,6 +7,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* [engine] chain_steps: auto (the default) is on with the CUDA engine and off with the CPU
+ * engine, whose steps would leave other processes no gap on a machine whose cores it all
+ * uses. */
+enum m40d_chain { M40D_CHAIN_AUTO, M40D_CHAIN_ON, M40D_CHAIN_OFF };
+
 enum m40d_backend {
         M40D_BACKEND_AUTO,
         M40D_BACKEND_CUDA,
@@ -33,9 +38,10 @@ struct m40d_config {
         /* how the CUDA engine runs decode steps: enum m40_engine_mode (engine/engine.h); 0
          * its default */
         uint32_t mode;
-        /* the engine's thread goes on from step to step by itself while nothing waits for
-         * the engine between steps (m40_engine_chain; sched.c chain_ok) */
-        bool chain_steps;
+        /* whether the engine's thread goes on from step to step by itself while nothing
+         * waits for the engine between steps (m40_engine_chain; sched.c chain_ok); auto
+         * becomes on or off when the engine is made (main.c load_model) */
+        enum m40d_chain chain_steps;
         /* [server] */
         char socket[108];
         char group[64]; /* "" : only root and the daemon's user */

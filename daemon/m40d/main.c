@@ -304,6 +304,8 @@ static int load_model(struct daemon *d)
         r = new_engine(d, &lim, &backend);
         if (r)
                 return r;
+        if (d->cfg.chain_steps == M40D_CHAIN_AUTO)
+                d->cfg.chain_steps = strcmp(backend, "cuda") ? M40D_CHAIN_OFF : M40D_CHAIN_ON;
         m40_engine_model(d->e, &info);
         base = strrchr(d->cfg.model, '/');
         base = base ? base + 1 : d->cfg.model;
@@ -314,11 +316,11 @@ static int load_model(struct daemon *d)
                  m40_chat_tmpl_name(d->tmpl.tmpl));
         m40d_log(LOG_INFO,
                  "loaded %s: %s, %u layers, dim %u, vocab %u, %.1f MiB of weights, "
-                 "chat template %s%s, backend %s",
+                 "chat template %s%s, backend %s, chained steps %s",
                  base, info.arch, info.n_layers, info.dim, info.n_vocab,
                  info.weight_bytes / 1048576.0, d->model.chat_tmpl,
                  d->tmpl.default_system ? " with the template's default system message" : "",
-                 backend);
+                 backend, d->cfg.chain_steps == M40D_CHAIN_ON ? "on" : "off");
         return 0;
 }
 

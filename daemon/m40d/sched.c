@@ -410,7 +410,7 @@ static void collect(struct m40_sched *s)
  * submissions to parse. Holds and cancels made during a chain end it by themselves. */
 static bool chain_ok(const struct m40_sched *s)
 {
-        if (!s->cfg.chain_steps || s->n_queued || s->n_held)
+        if (s->cfg.chain_steps != M40D_CHAIN_ON || s->n_queued || s->n_held)
                 return false;
         for (const struct m40_sched_client *c = s->clients; c; c = c->next)
                 if (!c->broken && m40_ipc_region_pending(&c->region))

@@ -171,21 +171,22 @@ static void test_mode(void)
         }
 }
 
-/* [engine] chain_steps: true/yes/1 or false/no/0; default true */
+/* [engine] chain_steps: auto, true/yes/1 or false/no/0; default auto */
 static void test_chain_steps(void)
 {
         static const struct {
                 const char *v;
-                bool on;
-        } good[] = {{"true", true},   {"yes", true}, {"1", true},
-                    {"false", false}, {"no", false}, {"0", false}};
+                enum m40d_chain on;
+        } good[] = {{"true", M40D_CHAIN_ON},   {"yes", M40D_CHAIN_ON}, {"1", M40D_CHAIN_ON},
+                    {"false", M40D_CHAIN_OFF}, {"no", M40D_CHAIN_OFF}, {"0", M40D_CHAIN_OFF},
+                    {"auto", M40D_CHAIN_AUTO}};
         static const char *const bad[] = {"", "True", "on", "2", "false true"};
         struct m40d_config c;
         char ini[256], err[1024];
         int r;
 
         m40d_config_default(&c);
-        CHECK(!c.chain_steps, "chain_steps default false");
+        CHECK(c.chain_steps == M40D_CHAIN_AUTO, "chain_steps default auto");
         for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
                 snprintf(ini, sizeof(ini), "[engine]\nchain_steps = %s\n", good[i].v);
                 r = load(ini, &c, err, sizeof(err));
@@ -196,7 +197,7 @@ static void test_chain_steps(void)
                 snprintf(ini, sizeof(ini), "[engine]\nchain_steps = %s\n", bad[i]);
                 r = load(ini, &c, err, sizeof(err));
                 CHECK(r == -EINVAL && strstr(err, "[engine] chain_steps: ") &&
-                              strstr(err, "expected true or false"),
+                              strstr(err, "expected auto, true or false"),
                       "chain_steps = '%s': %d, message '%s'", bad[i], r, err);
         }
 }
