@@ -433,7 +433,7 @@ static inline bool mr_fits(const struct mq_args *a, bool *vec)
  * 0.97 on Q4_0, 0.95 on Q8_0). The K types' k_mmr (2 rows a lane: pieces of 64 or 128 elements) is
  * slower than mmq's 32- and 64-column tiles from 17 columns on since those run with their shared
  * loads pipelined (mmq.cuh's register budget): 8B Q4_K_M b24 +4.7% and b40 +5.6% on mmq. With mmq
- * at 57..64 the 8B Q4_0 file gains 3% at b56 and the 1B loses 5%, so the 32-element types keep
+ * at 49..56 the 8B Q4_0 file gains 3% at b56 and the 1B loses 5%, so the 32-element types keep
  * k_mmr there. Knobs for A/B builds: MR_MAX_NB for the 32-element quant types and Q8_0, MR_MAX_NB_F
  * for the float types (not measured above 32), MR_K_LO and MR_K_HI for the K types (k_mmr up to
  * MR_K_LO, and from 33 to MR_K_HI: none by default); 0 gives every batch to mmq. */
@@ -459,8 +459,21 @@ template <int T> static inline bool mr_takes(int nb)
         return nb <= (mr_tc<T>::FLT ? MR_MAX_NB_F : MR_MAX_NB);
 }
 
+/* The K types from 33 columns up to MR_K_SPLIT: mmq's 32-column tile on the first 32 columns,
+ * then k_mmr's 8-column tiles on the rest, instead of mmq's 64-column tile, which costs a
+ * whole 64-column step for 40 columns. Same-run A/B (H100, RESULTS.md): the 8B Q4_K_M file
+ * gains ~10% at 36 and 40 columns and loses 8% at 44 and 48, the 1B file loses 2-3% at 36
+ * and 40: the 8B and larger files these types are for decide (knob for A/B builds; 32: no
+ * split). */
+#ifndef MR_K_SPLIT
+#define MR_K_SPLIT 40
+#endif
+static_assert(MR_K_SPLIT >= 32 && MR_K_SPLIT <= 64, "a split above 32 columns");
+
 /* launch_mm - the batched product for a's batch: k_mmr (8-column tiles) where mr_takes()
- * says so and the activations' alignment allows it, mmq.cuh's tiles otherwise. */
+ * says so and the activations' alignment allows it, mmq.cuh's tiles otherwise, or for the
+ * K types at 33..MR_K_SPLIT columns both, one after the other on the two column ranges
+ * (stream order: the second launch's counters and partial sums are free by then). */
 template <int T>
 static int launch_mm(const struct mq_args *a, int sms, size_t part_bytes, cudaStream_t stream)
 {
@@ -468,6 +481,19 @@ static int launch_mm(const struct mq_args *a, int sms, size_t part_bytes, cudaSt
 
         if (mr_takes<T>(a->nb) && mr_fits(a, &vec))
                 return launch_mr_v<T, 8>(a, vec, sms, part_bytes, stream);
+        if ((mr_tc<T>::K45 || mr_tc<T>::Q6) && a->nb > 32 && a->nb <= MR_K_SPLIT &&
+            mr_fits(a, &vec)) {
+                struct mq_args lo = *a, hi = *a;
+                int r;
+
+                lo.nb = 32;
+                hi.nb = a->nb - 32;
+                hi.x = a->x + (size_t)32 * a->ldx;
+                for (int i = 0; i < a->m.n; i++)
+                        hi.m.y[i] = a->m.y[i] + (size_t)32 * a->m.ldy[i];
+                r = launch_mq<T>(&lo, sms, part_bytes, stream);
+                return r ? r : launch_mr_v<T, 8>(&hi, vec, sms, part_bytes, stream);
+        }
         return launch_mq<T>(a, sms, part_bytes, stream);
 }
 
