@@ -426,16 +426,12 @@ static inline bool mr_fits(const struct mq_args *a, bool *vec)
  * rest. Above 8 columns k_mmr's 8-column tiles of a row tile run side by side
  * (mq_sched.cuh's mq_geom_of()), the later ones reading the weights from L2, so its step costs
  * about ceil(nb / 8) tiles' worth, while mmq's column tile is 8, 16, 32 or 64 wide whatever nb is
- * (a 40-column step costs a 64-column one). Same-run A/Bs (H200, whole-model decode, RESULTS.md):
- * with mmq above 32, 8B Q4_0 gave 1696 tok/s at b32 and 1204 at b40 (more sequences, less
- * throughput); k_mmr at 33..56 gave +44% at b40, +23% at b48, +9% at b56 (8B Q8_0 +40% / +20% /
- * +6%, 1B Q4_0 +43% / +28% / +16%), while at b64 mmq's full tile stays ahead on the 8B files (k_mmr
- * 0.97 on Q4_0, 0.95 on Q8_0). The K types' k_mmr (2 rows a lane: pieces of 64 or 128 elements) is
- * slower than mmq's 32- and 64-column tiles from 17 columns on since those run with their shared
- * loads pipelined (mmq.cuh's register budget): 8B Q4_K_M b24 +4.7% and b40 +5.6% on mmq. With mmq
- * at 49..56 the 8B Q4_0 file gains 3% at b56 and the 1B loses 5%, so the 32-element types keep
- * k_mmr there. Knobs for A/B builds: MR_MAX_NB for the 32-element quant types and Q8_0, MR_MAX_NB_F
- * for the float types (not measured above 32), MR_K_LO and MR_K_HI for the K types (k_mmr up to
+ * (a 40-column step costs a 64-column one). The split follows same-run A/Bs of whole-model
+ * decode (RESULTS.md): the 32-element types and Q8_0 run k_mmr up to 56 columns (mmq's
+ * 64-column tile wins on every file only when it is full), the K types, whose k_mmr takes 2 rows
+ * a lane, only up to 16 (mmq's pipelined 32- and 64-column tiles win above), the float types up
+ * to 32 (not measured above). Knobs for A/B builds: MR_MAX_NB for the 32-element quant types and
+ * Q8_0, MR_MAX_NB_F for the float types, MR_K_LO and MR_K_HI for the K types (k_mmr up to
  * MR_K_LO, and from 33 to MR_K_HI: none by default); 0 gives every batch to mmq. */
 #ifndef MR_MAX_NB
 #define MR_MAX_NB 56
@@ -461,10 +457,9 @@ template <int T> static inline bool mr_takes(int nb)
 
 /* The K types from 33 columns up to MR_K_SPLIT: mmq's 32-column tile on the first 32 columns,
  * then k_mmr's 8-column tiles on the rest, instead of mmq's 64-column tile, which costs a
- * whole 64-column step for 40 columns. Same-run A/B (H100, RESULTS.md): the 8B Q4_K_M file
- * gains ~10% at 36 and 40 columns and loses 8% at 44 and 48, the 1B file loses 2-3% at 36
- * and 40: the 8B and larger files these types are for decide (knob for A/B builds; 32: no
- * split). */
+ * whole 64-column step for 40 columns. The same-run A/B (RESULTS.md) favours the split up to
+ * 40 columns on the 8B file and not above; the 1B file loses a little at 36..40, and the 8B
+ * and larger files these types are for decide (knob for A/B builds; 32: no split). */
 #ifndef MR_K_SPLIT
 #define MR_K_SPLIT 40
 #endif
