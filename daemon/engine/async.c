@@ -19,7 +19,9 @@
  * while the chain runs; it raises the descriptor for every finished step. The chain
  * stops after the step in flight when the caller revokes it (m40_engine_chain(e, false)),
  * queues a call (m40_engine_async_defer: the call needs the engine between steps), or
- * frees the engine, and when a step produced nothing or failed; poll then finds the
+ * frees the engine, and when a step produced nothing or failed, or when the caller has not
+ * yet taken the events of the step before it (a caller that lags behind the engine, a
+ * busy machine: the events waiting for it stay those of two steps); poll then finds the
  * worker stopped (running false), ends the flight and applies the queued calls. The
  * worker touches the engine only while running; the caller never while in_flight. */
 #include <errno.h>
@@ -153,7 +155,9 @@ static void *worker(void *arg)
                 r = a->e->ops->step(a->e);
                 t_end = now_ns();
                 pthread_mutex_lock(&a->mu);
-                more = a->chain && r > 0 && !a->quit;
+                /* and only while the caller keeps up: it has taken every earlier step's
+                 * events (so at most two steps' events wait for it, whatever its lag) */
+                more = a->chain && r > 0 && !a->quit && a->ev_head == a->n_ev;
                 pthread_mutex_unlock(&a->mu);
                 if (more)
                         more = stash(a) == 0;

@@ -30,7 +30,9 @@ struct req {
         struct m40_detok *detok;
         /* Undelivered events, ev[ev_head..n_ev). While ACTIVE, the request's sequence is
          * held in the engine whenever any is left after a delivery (the client's ring is
-         * full), so at most one engine step's events of it wait here: an ADMITTED, the text
+         * full), so at most one engine step's events of it wait here (two with chained
+         * steps, whose worker goes on only while m40d has taken the step before's events,
+         * engine/async.c): an ADMITTED, the text
          * of one token (one TEXT event per M40_PROTO_TEXT_MAX bytes of its piece plus the
          * few UTF-8 bytes the detokenizer held back), the detokenizer's final flush and the
          * final DONE or ERROR. The bound depends on the longest token piece of the
