@@ -92,9 +92,7 @@ template <int T> struct mr_tc {
 
 template <int T, int NR_> struct mr_shape {
         typedef mr_q<T> D;
-        /* a lane keeps at most 32 sums: wider column tiles take fewer rows a lane */
-        enum { MR = mr_tc<T>::MR * NR_ <= 32 ? mr_tc<T>::MR : 32 / NR_ };
-        enum { NR = NR_, NW = MR_WARPS, NT = 32 * NW };
+        enum { MR = mr_tc<T>::MR, NR = NR_, NW = MR_WARPS, NT = 32 * NW };
         enum { PPC = mr_tc<T>::PPC, XK = D::EPP * PPC, CK = 256, KL = CK / XK, RG = 32 / KL };
         enum { TM = NW * RG * MR, E = MR * NR / KL };
         enum { XS = XK + 4, CS = KL * XS, BUF = NR * CS }; /* shared floats: [col][kl][XS] */
@@ -467,31 +465,17 @@ template <int T> static inline bool mr_takes(int nb)
 #endif
 static_assert(MR_K_SPLIT >= 32 && MR_K_SPLIT <= 64, "a split above 32 columns");
 
-/* k_mmr's column tile above 8 columns for the 32-element quant types and Q8_0 (knob for A/B
- * builds, not yet measured on a GPU): 16 makes each dequantized weight serve 16 columns
- * instead of 8 (half the dequantization a product FMA, one pass over the weights for 16
- * columns instead of two) with half the rows a lane (mr_shape: 32 sums a lane either way)
- * and twice the shared loads a FMA; sm_90 compiles them in 166-174 registers (Q8_0 214),
- * without spills. The K and float types keep 8 (at 16 they spill, or need ~245 registers). */
-#ifndef MR_NR_WIDE
-#define MR_NR_WIDE 8
-#endif
-static_assert(MR_NR_WIDE == 8 || MR_NR_WIDE == 16, "k_mmr's column tiles");
-
-/* launch_mm - the batched product for a's batch: k_mmr (8-column tiles; MR_NR_WIDE above
- * 8 columns) where mr_takes() says so and the activations' alignment allows it, mmq.cuh's
- * tiles otherwise, or for the K types at 33..MR_K_SPLIT columns both, one after the other
- * on the two column ranges (stream order: the second launch's counters and partial sums
- * are free by then). */
+/* launch_mm - the batched product for a's batch: k_mmr (8-column tiles) where mr_takes()
+ * says so and the activations' alignment allows it, mmq.cuh's tiles otherwise, or for the
+ * K types at 33..MR_K_SPLIT columns both, one after the other on the two column ranges
+ * (stream order: the second launch's counters and partial sums are free by then). */
 template <int T>
 static int launch_mm(const struct mq_args *a, int sms, size_t part_bytes, cudaStream_t stream)
 {
-        enum { WIDE = mr_tc<T>::K45 || mr_tc<T>::Q6 || mr_tc<T>::FLT ? 8 : MR_NR_WIDE };
         bool vec;
 
         if (mr_takes<T>(a->nb) && mr_fits(a, &vec))
-                return a->nb > 8 ? launch_mr_v<T, WIDE>(a, vec, sms, part_bytes, stream)
-                                 : launch_mr_v<T, 8>(a, vec, sms, part_bytes, stream);
+                return launch_mr_v<T, 8>(a, vec, sms, part_bytes, stream);
         if ((mr_tc<T>::K45 || mr_tc<T>::Q6) && a->nb > 32 && a->nb <= MR_K_SPLIT &&
             mr_fits(a, &vec)) {
                 struct mq_args lo = *a, hi = *a;
