@@ -278,12 +278,14 @@ static inline int mq_split(long blocks, int steps, long slots, int max_split, in
  * builds: 0 splits k over a grid of tiles as before, with a second launch to add up),
  * and the most resident blocks per unit it takes (MQ_SK_SEGS: with more, a unit's pieces
  * are many and the block that adds them up waits long; the grid of tiles with k split
- * takes those launches). */
+ * takes those launches). 16 lets the 8B's q/k/v, wo and down (32-48 row tiles) onto the
+ * shared schedule at 64 columns, which whole-model A/Bs favour (RESULTS.md); at 4 they ran
+ * on a grid with k split 8-16 ways and a second launch to add up. */
 #ifndef MQ_SK
 #define MQ_SK 1
 #endif
 #ifndef MQ_SK_SEGS
-#define MQ_SK_SEGS 4
+#define MQ_SK_SEGS 16
 #endif
 
 /* mq_sk_plan - a's shared schedule over units x steps (a.cols column tiles) on `slots`
