@@ -128,11 +128,19 @@ def check_render(tok, model, tmpl, d):
           (n, 2 * len(convs)), flush=True)
 
 
-def ref_chat(llm, eog, ids, n, penalty=1.0):
+def ref_chat(llm, eog, ids, n, penalty=1.0, one_by_one=False):
     """llama.cpp greedy to an end-of-generation token or n tokens (repeat penalty as its
-    penalties sampler applies it over the whole history): tokens, each step's top-2 gap."""
+    penalties sampler applies it over the whole history): tokens, each step's top-2 gap.
+    one_by_one: the prompt one token a call, so that every product is ggml's vec_dot kernel,
+    the path ggml mode reproduces; in one batch, llama.cpp's prompt takes other kernels on
+    some CPUs (an AVX-512 / AMX host's batched prompt made 8 of 20 replies differ from its
+    own token-by-token ones after top-2 gaps up to 0.23)."""
     llm.reset()
-    llm.eval(ids)
+    if one_by_one:
+        for t in ids:
+            llm.eval([t])
+    else:
+        llm.eval(ids)
     out, gaps = [], []
     hist = list(ids)
     for _ in range(n):
@@ -244,13 +252,14 @@ def check_stops_f32(gen, model, llm_ids, eog, d):
 
 def check_stops_daemon(daemon, llm, llm_ids, eog):
     """The request path (chat template, tokenization, stop ids, the engine's EOG set) in
-    ggml mode against llama.cpp on the Q4_1 file: identical prompts; identical tokens and
+    ggml mode against llama.cpp on the Q4_1 file (its prompt one token at a time, as
+    ref_chat() says why): identical prompts; identical tokens and
     end up to a difference after a near tie (or, with a llama.cpp without AVX-512, any
     difference: reported, see conformance_llamacpp.py); and in every reply an end token only
     as the last token, with finish "eos"."""
     count = {"same": 0, "exempt": 0, "differ": 0}
     for (system, user), ids in zip(PROMPTS, llm_ids):
-        ref, gaps = ref_chat(llm, eog, ids, MAX_TOKENS)
+        ref, gaps = ref_chat(llm, eog, ids, MAX_TOKENS, one_by_one=True)
         got = daemon.chat(system, user, MAX_TOKENS)
         if got is None:
             continue
