@@ -119,6 +119,30 @@ typedef mq_pick<MQ_S16, mq_shape<128, 16, 8, 2, 128, 4>, mq_shape<128, 16, 4, 2,
         mq_s16;
 typedef mq_shape<128, 8, 4, 1, 256, 2> mq_s8;
 
+/* The 64-column tile on 64-row tiles, for products of few row tiles (knob for A/B builds,
+ * not yet measured on a GPU; 0, the default, never takes it): MQ_NARROW_UNITS > 0 gives it
+ * the launches whose 128-row tiles make at most that many units (row tiles x column
+ * tiles). The 1B's q/k/v, wo and down at 64 columns make 16-24 such units on 264 resident
+ * blocks and run at 0.24-0.30 of the FP32 peak against 0.49 for its gate and up
+ * (RESULTS.md): a unit's k is cut among ~11-16 blocks, each with a short pipeline and a
+ * 32 KB partial tile to store. Half-height tiles make twice the units, each block's k
+ * range twice as long and its partial tile half the size, for twice the activation loads
+ * a weight (64 rows share a step's 64 x 32 activations instead of 128). sm_90 compiles it
+ * without spills (128 registers); sm_52 (clang + ptxas 12.9) spills 8-76 bytes. */
+#ifndef MQ_NARROW_UNITS
+#define MQ_NARROW_UNITS 0
+#endif
+template <int T> struct mq_narrow {
+        /* the 32-element quant types and Q8_0 only: the K and float types' weight threads
+         * beside 64 activation threads of 8 runs each spill 88-648 bytes on sm_90 */
+        enum {
+                ON = MQ_NARROW_UNITS != 0 &&
+                     (T == M40_GGML_Q8_0 || T == M40_GGML_Q4_0 || T == M40_GGML_Q4_1 ||
+                      T == M40_GGML_Q5_0 || T == M40_GGML_Q5_1)
+        };
+        typedef typename mq_pick<ON, mq_shape<64, 64, 8, 4, 128, 4>, mq_s64>::type S;
+};
+
 /* Registers of one step's loads: a weight thread's 32 weights as loaded (quant.cuh's
  * raw32: decoded when they go to shared memory, after the products of the step before),
  * or an activation thread's NX runs of 4. */
@@ -444,7 +468,7 @@ static int launch_mq_s(struct mq_args a, int sms, size_t part_bytes, cudaStream_
 }
 
 /* launch_mq - the tile shape for a's batch: the narrowest column tile (8, 16, 32, 64)
- * that holds it, 64 above. */
+ * that holds it, 64 above (on 64-row tiles where MQ_NARROW_UNITS says so). */
 template <int T>
 static int launch_mq(const struct mq_args *a, int sms, size_t part_bytes, cudaStream_t stream)
 {
@@ -454,6 +478,15 @@ static int launch_mq(const struct mq_args *a, int sms, size_t part_bytes, cudaSt
                 return launch_mq_s<T, mq_s16>(*a, sms, part_bytes, stream);
         if (a->nb <= 32)
                 return launch_mq_s<T, mq_s32>(*a, sms, part_bytes, stream);
+        if (mq_narrow<T>::ON) {
+                long units = 0;
+
+                for (int i = 0; i < a->m.n; i++)
+                        units += (a->m.n_out[i] + 127) / 128;
+                if (units * ((a->nb + 63) / 64) <= MQ_NARROW_UNITS)
+                        return launch_mq_s<T, typename mq_narrow<T>::S>(*a, sms, part_bytes,
+                                                                        stream);
+        }
         return launch_mq_s<T, mq_s64>(*a, sms, part_bytes, stream);
 }
 
