@@ -121,14 +121,12 @@ typedef mq_shape<128, 8, 4, 1, 256, 2> mq_s8;
 
 /* The 64-column tile on 64-row tiles, for products of few row tiles (knob for A/B builds,
  * not yet measured on a GPU; 0, the default, never takes it): MQ_NARROW_UNITS > 0 gives it
- * the launches whose 128-row tiles make at most that many units (row tiles x column
- * tiles). The 1B's q/k/v, wo and down at 64 columns make 16-24 such units on 264 resident
- * blocks and run at 0.24-0.30 of the FP32 peak against 0.49 for its gate and up
- * (RESULTS.md): a unit's k is cut among ~11-16 blocks, each with a short pipeline and a
- * 32 KB partial tile to store. Half-height tiles make twice the units, each block's k
- * range twice as long and its partial tile half the size, for twice the activation loads
- * a weight (64 rows share a step's 64 x 32 activations instead of 128). sm_90 compiles it
- * without spills (128 registers); sm_52 (clang + ptxas 12.9) spills 8-76 bytes. */
+ * the launches whose mq_s64 tiles make at most that many units (row tiles x column tiles),
+ * such as a 1B model's q/k/v, wo and down, whose few units cut each unit's k among many
+ * blocks with short pipelines and large partial tiles (RESULTS.md). Half-height tiles make
+ * twice the units, each block's k range twice as long and its partial tile half the size,
+ * for twice the activation loads a weight. sm_90 compiles it without spills (128
+ * registers); sm_52 (clang + ptxas 12.9) spills 8-76 bytes. */
 #ifndef MQ_NARROW_UNITS
 #define MQ_NARROW_UNITS 0
 #endif
@@ -482,8 +480,8 @@ static int launch_mq(const struct mq_args *a, int sms, size_t part_bytes, cudaSt
                 long units = 0;
 
                 for (int i = 0; i < a->m.n; i++)
-                        units += (a->m.n_out[i] + 127) / 128;
-                if (units * ((a->nb + 63) / 64) <= MQ_NARROW_UNITS)
+                        units += (a->m.n_out[i] + mq_s64::TM - 1) / mq_s64::TM;
+                if (units * ((a->nb + mq_s64::TN - 1) / mq_s64::TN) <= MQ_NARROW_UNITS)
                         return launch_mq_s<T, typename mq_narrow<T>::S>(*a, sms, part_bytes,
                                                                         stream);
         }
