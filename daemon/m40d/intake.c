@@ -69,10 +69,6 @@ static void read_one(struct m40_sched *s, struct m40_sched_client *c)
                 return;
         }
         if (c->n_reqs >= s->cfg.max_requests_per_client) {
-                if (c->n_reqs >= 2 * s->cfg.max_requests_per_client) {
-                        c->broken = M40_EPROTO; /* it ignores the errors it got */
-                        return;
-                }
                 snprintf(why, sizeof(why), "too many requests (limit %u per client)",
                          s->cfg.max_requests_per_client);
                 reject(c, sub.req, M40_ELIMIT, why);
@@ -94,6 +90,16 @@ static void read_one(struct m40_sched *s, struct m40_sched_client *c)
         s->n_queued++;
 }
 
+bool intake_held(const struct m40_sched *s, const struct m40_sched_client *c)
+{
+        if (c->n_reqs < s->cfg.max_requests_per_client)
+                return false;
+        for (const struct req *r = c->reqs; r; r = r->next)
+                if (r->ev_head < r->n_ev)
+                        return true;
+        return false;
+}
+
 bool parse_paused(const struct m40_sched *s, uint64_t t)
 {
         return decoding(s) > 0 && t < s->parse_resume_ns;
@@ -110,7 +116,7 @@ void read_clients(struct m40_sched *s)
                 struct m40_sched_client *best = NULL;
 
                 for (struct m40_sched_client *c = s->clients; c; c = c->next) {
-                        if (c->broken || !m40_ipc_region_pending(&c->region))
+                        if (c->broken || !m40_ipc_region_pending(&c->region) || intake_held(s, c))
                                 continue;
                         if (c->vtime < s->vclock)
                                 c->vtime = s->vclock; /* no credit banked while idle */

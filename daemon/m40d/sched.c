@@ -578,7 +578,8 @@ bool m40_sched_sleep(struct m40_sched *s, bool sleeping)
                         set_ev_waiting(c, false);
                 m40_ipc_region_sleep(&c->region, sleeping);
                 if (sleeping && !c->broken)
-                        pending |= (!paused && m40_ipc_region_pending(&c->region)) ||
+                        pending |= (!paused && m40_ipc_region_pending(&c->region) &&
+                                    !intake_held(s, c)) ||
                                    (c->ev_waiting && m40_ipc_region_space(&c->region) != 0);
         }
         return pending;

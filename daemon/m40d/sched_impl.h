@@ -108,6 +108,14 @@ static inline uint32_t decoding(const struct m40_sched *s)
  * STATUS and the watchdog are served in between. Runs between engine steps only (parsing
  * beside a step took the CPU from a CPU engine's step), and not while parse_paused(). */
 void read_clients(struct m40_sched *s);
+/* intake_held (intake.c) - whether c's submissions stay in its ring for now: it has
+ * max_requests_per_client requests and events of them wait for delivery (an ERROR of
+ * the limit among them, or its event ring is full). Backpressure instead of dropping:
+ * a client submits ahead of the errors it has not been able to read yet (a busy machine
+ * delays its reads, and one round reads a whole ring of submissions), so requests past
+ * the limit are taken one at a time, each after the last one's error was delivered; a
+ * full submission ring then tells the client to wait (libm40: -EAGAIN). */
+bool intake_held(const struct m40_sched *s, const struct m40_sched_client *c);
 /* parse_paused (intake.c) - while sequences run, parsing takes at most half of the main loop's
  * time: a round that parsed for T is followed by T without parsing (read_clients). */
 bool parse_paused(const struct m40_sched *s, uint64_t t);
