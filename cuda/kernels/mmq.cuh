@@ -119,22 +119,24 @@ typedef mq_pick<MQ_S16, mq_shape<128, 16, 8, 2, 128, 4>, mq_shape<128, 16, 4, 2,
         mq_s16;
 typedef mq_shape<128, 8, 4, 1, 256, 2> mq_s8;
 
-/* The 64-column tile on 64-row tiles, for products of few row tiles (knob for A/B builds,
- * not yet measured on a GPU; 0, the default, never takes it): MQ_NARROW_UNITS > 0 gives it
- * the launches whose mq_s64 tiles make at most that many units (row tiles x column tiles),
- * such as a 1B model's q/k/v, wo and down, whose few units cut each unit's k among many
- * blocks with short pipelines and large partial tiles (RESULTS.md). Half-height tiles make
- * twice the units, each block's k range twice as long and its partial tile half the size,
- * for twice the activation loads a weight. sm_90 compiles it without spills (128
- * registers); sm_52 (clang + ptxas 12.9) spills 8-76 bytes. */
-#ifndef MQ_NARROW_UNITS
-#define MQ_NARROW_UNITS 0
+/* The 64-column tile on 64-row tiles, for products of few row tiles (knob for A/B builds;
+ * 0, the default, never takes it): MQ_NARROW_STEPS > 0 gives it the launches whose mq_s64
+ * units (row tiles x column tiles) x k steps are fewer than MQ_NARROW_STEPS a resident
+ * block (the SMs x mq_s64::MINB), such as a 1B model's q/k/v and wo (6 and 4 steps a
+ * block at 64 columns on 132 SMs), whose few units cut each unit's k among many blocks
+ * with short pipelines and large partial tiles. Half-height tiles make twice the units,
+ * each block's k range twice as long and its partial tile half the size, for twice the
+ * activation loads a weight. By units alone (at most 32: the 8B's wo and down as well)
+ * it gave the 1B Q4_0 +2.5% and the 8B Q4_0 -1.5% at b64 (RESULTS.md). sm_90 compiles it
+ * without spills (128 registers); sm_52 (clang + ptxas 12.9) spills 8-76 bytes. */
+#ifndef MQ_NARROW_STEPS
+#define MQ_NARROW_STEPS 0
 #endif
 template <int T> struct mq_narrow {
         /* the 32-element quant types and Q8_0 only: the K and float types' weight threads
          * beside 64 activation threads of 8 runs each spill 88-648 bytes on sm_90 */
         enum {
-                ON = MQ_NARROW_UNITS != 0 &&
+                ON = MQ_NARROW_STEPS != 0 &&
                      (T == M40_GGML_Q8_0 || T == M40_GGML_Q4_0 || T == M40_GGML_Q4_1 ||
                       T == M40_GGML_Q5_0 || T == M40_GGML_Q5_1)
         };
@@ -466,7 +468,7 @@ static int launch_mq_s(struct mq_args a, int sms, size_t part_bytes, cudaStream_
 }
 
 /* launch_mq - the tile shape for a's batch: the narrowest column tile (8, 16, 32, 64)
- * that holds it, 64 above (on 64-row tiles where MQ_NARROW_UNITS says so). */
+ * that holds it, 64 above (on 64-row tiles where MQ_NARROW_STEPS says so). */
 template <int T>
 static int launch_mq(const struct mq_args *a, int sms, size_t part_bytes, cudaStream_t stream)
 {
@@ -481,7 +483,9 @@ static int launch_mq(const struct mq_args *a, int sms, size_t part_bytes, cudaSt
 
                 for (int i = 0; i < a->m.n; i++)
                         units += (a->m.n_out[i] + mq_s64::TM - 1) / mq_s64::TM;
-                if (units * ((a->nb + mq_s64::TN - 1) / mq_s64::TN) <= MQ_NARROW_UNITS)
+                units *= (a->nb + mq_s64::TN - 1) / mq_s64::TN;
+                if (units * ((a->n_in + MQ_KS - 1) / MQ_KS) <
+                    (long)MQ_NARROW_STEPS * sms * mq_s64::MINB)
                         return launch_mq_s<T, typename mq_narrow<T>::S>(*a, sms, part_bytes,
                                                                         stream);
         }
