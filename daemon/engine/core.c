@@ -96,9 +96,16 @@ static int core_step(struct m40_engine *base)
         struct m40_core *c = (struct m40_core *)base;
         const double t0 = now_s();
         struct m40_plan_step ps;
-        uint32_t active;
-        int r = m40_plan_step(&c->plan, &ps);
+        uint32_t active, ready;
+        bool prompts;
+        int r;
 
+        c->tick++;
+        ready = m40_plan_ready(&c->plan, &prompts);
+        c->plan.width = c->lim.width == M40_ENGINE_WIDTH_AUTO && !prompts
+                                ? m40_plan_width(&c->width, ready, c->tick)
+                                : 0;
+        r = m40_plan_step(&c->plan, &ps);
         if (r)
                 return r;
         if (ps.n_tokens)
@@ -107,6 +114,9 @@ static int core_step(struct m40_engine *base)
                 m40_plan_undo(&c->plan); /* the step did not happen */
                 return r;
         }
+        c->plan.turn = ps.turn;
+        if (ps.n_tokens && !ps.n_prompt && ps.n_decode == ps.n_tokens)
+                m40_width_record(&c->width, ps.n_decode, now_s() - t0, c->tick);
         c->st.prompt_tokens += ps.n_prompt;
         for (uint32_t i = 0; i < c->lim.max_seqs && !r; i++) {
                 struct m40_seq *s = &c->seqs[i];
@@ -213,6 +223,8 @@ static void core_destroy(struct m40_engine *base)
         free(c->batch);
         free(c->logits);
         free(c->tokens);
+        free(c->width.t);
+        free(c->width.at);
         m40_seq_events_done(&c->evq);
         free(c);
 }
@@ -350,8 +362,11 @@ int m40_core_start(struct m40_core *c, uint32_t n_pages)
         c->batch = calloc(lim->max_batch_tokens, sizeof(*c->batch));
         c->logits = malloc((size_t)lim->max_seqs * c->m->n_vocab * sizeof(float));
         c->tokens = calloc(lim->max_seqs, sizeof(*c->tokens));
-        if (!c->seqs || !c->batch || !c->logits || !c->tokens)
+        c->width.n = lim->max_seqs;
+        c->width.t = calloc(lim->max_seqs + 1, sizeof(*c->width.t));
+        c->width.at = calloc(lim->max_seqs + 1, sizeof(*c->width.at));
+        if (!c->seqs || !c->batch || !c->logits || !c->tokens || !c->width.t || !c->width.at)
                 return -ENOMEM;
-        c->plan = (struct m40_plan){c->seqs, &c->lim, c->pages, &c->evq, c->batch};
+        c->plan = (struct m40_plan){c->seqs, &c->lim, c->pages, &c->evq, c->batch, 0, 0};
         return 0;
 }

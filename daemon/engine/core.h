@@ -82,7 +82,9 @@ struct m40_core {
         float *logits;             /* (lim.max_seqs, n_vocab) host: the step's kept rows */
         int32_t *tokens;           /* (lim.max_seqs) the step's produced token of each row */
         struct m40_seq_events evq;
-        struct m40_plan plan; /* over seqs, lim, pages, evq and batch */
+        struct m40_plan plan;         /* over seqs, lim, pages, evq and batch */
+        struct m40_width_stats width; /* the decode width's measurements (plan.h) */
+        uint64_t tick;                /* steps planned (the width's clock) */
         uint32_t next_id;
         uint64_t next_order;
         struct m40_engine_stats st;

@@ -61,8 +61,9 @@ static int add(const struct m40_plan *p, struct m40_seq *s, uint32_t take, struc
         return 0;
 }
 
-/* next_prompt - the runnable sequence with prompt tokens pending and no logits row yet
- * that was admitted first after admission order `after` (any when !any_after), or NULL. */
+/* next_prompt - the runnable sequence with prompt tokens pending (not a decoding one
+ * that the decode width left out) and no logits row yet that was admitted first after admission
+ * order `after` (any when !any_after), or NULL. */
 static struct m40_seq *next_prompt(const struct m40_plan *p, bool any_after, uint64_t after)
 {
         struct m40_seq *best = NULL;
@@ -70,32 +71,108 @@ static struct m40_seq *next_prompt(const struct m40_plan *p, bool any_after, uin
         for (uint32_t i = 0; i < p->lim->max_seqs; i++) {
                 struct m40_seq *s = &p->seqs[i];
 
-                if (m40_seq_runnable(s) && s->row < 0 && s->n_toks > s->n_past &&
+                if (m40_seq_runnable(s) && s->row < 0 && s->n_toks > s->n_past && !decoding(s) &&
                     (!any_after || s->order > after) && (!best || s->order < best->order))
                         best = s;
         }
         return best;
 }
 
+uint32_t m40_plan_ready(const struct m40_plan *p, bool *prompts)
+{
+        uint32_t n = 0;
+
+        *prompts = false;
+        for (uint32_t i = 0; i < p->lim->max_seqs; i++) {
+                const struct m40_seq *s = &p->seqs[i];
+
+                if (!m40_seq_runnable(s))
+                        continue;
+                if (decoding(s))
+                        n++;
+                else if (s->n_toks > s->n_past)
+                        *prompts = true;
+        }
+        return n;
+}
+
+static bool fresh(const struct m40_width_stats *w, uint32_t k, uint64_t tick)
+{
+        return w->t[k] > 0.0 && tick >= w->at[k] && tick - w->at[k] <= M40_WIDTH_REFRESH;
+}
+
+uint32_t m40_plan_width(const struct m40_width_stats *w, uint32_t n, uint64_t tick)
+{
+        const uint32_t lo = (n + 1) / 2;
+        uint32_t best = n;
+        double rate;
+
+        if (n <= 4 || n > w->n || !fresh(w, n, tick))
+                return n;
+        if (tick % M40_WIDTH_EXPLORE == 0)
+                for (uint32_t k = (n - 1) / 4 * 4; k >= lo && k >= 4; k -= 4)
+                        if (!fresh(w, k, tick))
+                                return k;
+        rate = n / w->t[n] * M40_WIDTH_MARGIN;
+        for (uint32_t k = (n - 1) / 4 * 4; k >= lo && k >= 4; k -= 4) {
+                if (fresh(w, k, tick) && k / w->t[k] > rate) {
+                        best = k;
+                        rate = k / w->t[k];
+                }
+        }
+        return best;
+}
+
+void m40_width_record(struct m40_width_stats *w, uint32_t k, double seconds, uint64_t tick)
+{
+        if (k < 1 || k > w->n || !(seconds > 0.0))
+                return;
+        w->t[k] = w->t[k] > 0.0 ? w->t[k] + (seconds - w->t[k]) / 4 : seconds;
+        w->at[k] = tick;
+}
+
+/* turn_span - with the decode width short of the n decoding slots: how many slots, from
+ * p->turn on in circular slot order, hold the width that decode in this step (the first
+ * width decoding slots from the turn's start); 0 (all of them) otherwise. */
+static uint32_t turn_span(const struct m40_plan *p, uint32_t n)
+{
+        const uint32_t m = p->lim->max_seqs;
+        uint32_t k = 0;
+
+        if (!p->width || n <= p->width)
+                return 0;
+        for (uint32_t d = 0; d < m; d++) {
+                const struct m40_seq *s = &p->seqs[(p->turn + d) % m];
+
+                if (m40_seq_runnable(s) && decoding(s) && ++k == p->width)
+                        return d + 1;
+        }
+        return 0;
+}
+
 int m40_plan_step(const struct m40_plan *p, struct m40_plan_step *ret)
 {
-        const uint32_t max = p->lim->max_batch_tokens;
+        const uint32_t max = p->lim->max_batch_tokens, m = p->lim->max_seqs;
         struct m40_plan_step st = {0};
-        uint32_t chunk;
+        uint32_t chunk, span, turn = p->turn % m;
+        bool prompts;
         int r = 0;
 
-        for (uint32_t i = 0; i < p->lim->max_seqs; i++) {
+        span = m40_plan_ready(p, &prompts);
+        span = prompts ? 0 : turn_span(p, span);
+        for (uint32_t i = 0; i < m; i++) {
                 p->seqs[i].row = -1;
                 p->seqs[i].prev_past = p->seqs[i].n_past;
         }
-        for (uint32_t i = 0; i < p->lim->max_seqs && st.n_tokens < max && !r; i++) {
+        for (uint32_t i = 0; i < m && st.n_tokens < max && !r; i++) {
                 struct m40_seq *s = &p->seqs[i];
 
-                if (m40_seq_runnable(s) && decoding(s)) {
+                if (m40_seq_runnable(s) && decoding(s) && (!span || (i + m - turn) % m < span)) {
                         r = add(p, s, 1, &st);
                         st.n_decode += s->row >= 0;
                 }
         }
+        st.turn = span ? (turn + span) % m : turn;
         /* prompts in admission order: a short one (m40_plan_whole_max()) whole, within the
          * step's room; the longer ones share the chunk */
         chunk = st.n_decode ? m40_plan_prefill_chunk(p->lim) : max - st.n_tokens;

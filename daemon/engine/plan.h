@@ -11,10 +11,16 @@
  *    none, all prompts share the whole step, max_batch_tokens.
  *    Each prompt in turn takes what its budget allows; a prompt longer than that is cut
  *    there and goes on from the cut in the next step.
+ * 3. The decode width (m40_plan.width, m40_plan_width()): a step that carries no prompt
+ *    tokens may carry fewer decode tokens than there are running sequences, when the
+ *    engine has measured more tokens a second at that width; the running sequences then
+ *    take turns in circular slot order (m40_plan.turn: each step's width decoding slots
+ *    follow the last step's), so of n sequences each gets a token in every step or the
+ *    next, width tokens in n steps.
  * So a running sequence gets a token in every step (when max_batch_tokens >= the number
- * of running sequences), and a step costs at most the running sequences' tokens plus
- * prefill_chunk of long prompts plus whole short ones, max_batch_tokens in all. Short
- * prompts do not wait behind a long one's chunks, and a burst of them (many clients at
+ * of running sequences and the width is all of them), and a step costs at most the running
+ * sequences' tokens plus prefill_chunk of long prompts plus whole short ones, max_batch_tokens in
+ * all. Short prompts do not wait behind a long one's chunks, and a burst of them (many clients at
  * once) is admitted in a few steps instead of one chunk's worth a step. A sequence whose
  * planned positions find no free KV page is finished with M40_FINISH_KV (its event queued)
  * and the plan goes on without it. The planner changes only the slots' n_past, row and
@@ -22,6 +28,7 @@
 #ifndef M40_ENGINE_PLAN_H
 #define M40_ENGINE_PLAN_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "engine.h"
@@ -36,6 +43,11 @@ struct m40_plan {
         struct m40_kv_pages *pages;          /* pages for the planned positions */
         struct m40_seq_events *evq;          /* where M40_FINISH_KV events go */
         struct m40_fwd_tok *batch;           /* (lim->max_batch_tokens) the step's tokens */
+        /* Set by the engine before each step: the most decode tokens a step without prompt
+         * tokens carries (0: every running sequence's), and the slot where its turn starts
+         * (the last step's m40_plan_step.turn). */
+        uint32_t width;
+        uint32_t turn;
 };
 
 /* One planned step. */
@@ -44,6 +56,7 @@ struct m40_plan_step {
         uint32_t n_rows;   /* logits rows 0..n_rows-1: sequences that produce a token */
         uint32_t n_decode; /* decode tokens (one per running sequence in the step) */
         uint32_t n_prompt; /* prompt positions among the tokens (the engine's stats) */
+        uint32_t turn;     /* where the next step's turn starts (m40_plan.turn) */
 };
 
 /* m40_plan_prefill_chunk - the prompt tokens a step that decodes may carry under lim:
@@ -62,6 +75,39 @@ uint32_t m40_plan_whole_max(const struct m40_engine_limits *lim);
  * could not grow), after which no sequence has advanced (sequences already finished with
  * M40_FINISH_KV stay finished). */
 int m40_plan_step(const struct m40_plan *p, struct m40_plan_step *ret);
+
+/* m40_plan_ready - the sequences of p whose next step would decode (runnable, prompt
+ * done); *prompts whether a runnable sequence has prompt tokens pending. */
+uint32_t m40_plan_ready(const struct m40_plan *p, bool *prompts);
+
+/* The decode width's measurements (m40_plan_width()): for each width k in 1..n, the
+ * smoothed seconds of the engine's steps that decoded k sequences and carried nothing
+ * else (t[k], 0: none yet), and the tick of the last one (at[k]). */
+struct m40_width_stats {
+        uint32_t n;
+        double *t;    /* (n + 1) */
+        uint64_t *at; /* (n + 1) */
+};
+
+/* How old (in ticks) a measurement may be before the width is tried again, how often a
+ * width without a recent measurement is tried, and by how much a narrower width's tokens
+ * a second must beat all n's to be taken (steps vary by a few percent). */
+#define M40_WIDTH_REFRESH 1024
+#define M40_WIDTH_EXPLORE 16
+#define M40_WIDTH_MARGIN  1.03
+
+/* m40_plan_width - the width of a decode-only step with n ready sequences at tick: n
+ * while n's measurement is missing or older than M40_WIDTH_REFRESH; else, every
+ * M40_WIDTH_EXPLORE ticks, the widest candidate without a recent measurement; else the
+ * candidate with the most sequences a second (k / t[k]) when that beats n's by
+ * M40_WIDTH_MARGIN, else n. The candidates are the multiples of 4 from n / 2 up to n - 1
+ * (a GPU kernel's cost steps with its column tiles; narrower widths would halve the
+ * batch). n when n <= 4 or n > w->n. */
+uint32_t m40_plan_width(const struct m40_width_stats *w, uint32_t n, uint64_t tick);
+
+/* m40_width_record - a decode-only step of width k took seconds: into w's t[k] (the mean
+ * of the last few: t += (seconds - t) / 4) and at[k] = tick. */
+void m40_width_record(struct m40_width_stats *w, uint32_t k, double seconds, uint64_t tick);
 
 /* m40_plan_undo - give back the tokens of the last m40_plan_step() of p, when the engine
  * could not run it: every active slot's n_past returns to prev_past. The KV pages reserved

@@ -168,6 +168,15 @@ static int engine_key(struct parse *p, const char *key, const char *v)
                         return bad(p, s, key, "expected default, steps or persistent");
                 return 1;
         }
+        if (!strcmp(key, "decode_width")) {
+                if (!strcmp(v, "auto"))
+                        c->width = M40_ENGINE_WIDTH_AUTO;
+                else if (!strcmp(v, "all"))
+                        c->width = M40_ENGINE_WIDTH_ALL;
+                else
+                        return bad(p, s, key, "expected auto or all");
+                return 1;
+        }
         if (!strcmp(key, "chain_steps")) {
                 if (!strcmp(v, "auto"))
                         c->chain_steps = M40D_CHAIN_AUTO;

@@ -296,6 +296,7 @@ static int load_model(struct daemon *d)
         lim.vram_limit_mb = d->cfg.vram_limit_mb;
         lim.n_threads = d->cfg.threads;
         lim.mode = d->cfg.mode;
+        lim.width = d->cfg.width;
         lim.piece = piece;
         lim.piece_ctx = d->v;
         lim.load_progress = on_load_progress;

@@ -203,6 +203,7 @@ static struct m40_engine_limits limits(const struct bench_model_opts *o,
         lim.kv_bytes = page_bytes * ((dec_pages > pre_pages ? dec_pages : pre_pages) + max_b);
         lim.act = M40_ACT_F32;
         lim.mode = o->mode;
+        lim.width = o->width;
         lim.load_note = engine_note;
         lim.load_ctx = (void *)b; /* the note is the report's, not the model's */
         return lim;
@@ -286,18 +287,23 @@ static int decode_run(struct m40_engine *e, const struct bench_model_opts *o,
                         first += got[s] > 0;
                 r = r == 0 && first < batch ? -EPROTO : 0;
         }
-        /* decode: time the steps in which every sequence produced a token */
+        /* decode: time the steps that start with every sequence still decoding (none has
+         * all its tokens), and count the tokens they produce: every sequence's in each step,
+         * or, with the decode width short of the batch (--width auto), the width's share */
         while (!r) {
                 const double t0 = bench_now();
-                uint32_t produced;
+                uint32_t produced, running = 0;
 
+                for (uint32_t s = 0; s < batch; s++)
+                        running += got[s] < o->n_gen;
                 r = m40_engine_step(e);
                 if (r < 0)
                         break;
                 const double dt = bench_now() - t0;
                 produced = drain(e, ids, batch, got);
-                if (produced == batch) {
+                if (running == batch && produced) {
                         d->steps++;
+                        d->tokens += produced;
                         d->seconds += dt;
                 }
                 if (r == 0)
@@ -314,13 +320,15 @@ static int decode_run(struct m40_engine *e, const struct bench_model_opts *o,
                 return r;
         }
         if (d->steps == 0 || d->seconds <= 0) {
-                bench_set_err(err, errlen, "decode, batch %u: no step decoded every sequence",
+                bench_set_err(err, errlen,
+                              "decode, batch %u: no step decoded while every "
+                              "sequence ran",
                               batch);
                 return -EPROTO;
         }
-        d->tok_s = (double)batch * d->steps / d->seconds;
+        d->tok_s = (double)d->tokens / d->seconds;
         d->ms_per_step = d->seconds / d->steps * 1e3;
-        d->gflops = 2.0 * (double)b->matrix_params * batch * d->steps / d->seconds / 1e9;
+        d->gflops = 2.0 * (double)b->matrix_params * (double)d->tokens / d->seconds / 1e9;
         d->of_peak = b->peak_gflops > 0 ? d->gflops / b->peak_gflops : 0;
         if (batch == 1) {
                 d->weight_gbs = (double)b->bytes_per_token * d->steps / d->seconds / 1e9;

@@ -45,6 +45,7 @@ struct bench_model_opts {
         bool load, load_cold;  /* the load tests; cold needs load */
         bool sgemm;            /* the cuBLAS reference of the prefill test */
         uint32_t mode;         /* the engine's decode mode (engine.h); 0: its default */
+        uint32_t width;        /* the engine's decode width (engine.h) */
         bool verbose;          /* progress notes to stderr */
         double copy_gbs;       /* measured copy bandwidth: what fractions are of */
 };
@@ -64,11 +65,12 @@ struct bench_load {
 
 struct bench_decode {
         uint32_t batch;
-        uint32_t steps; /* timed steps (every sequence decoding) */
-        double seconds; /* of those steps */
-        double tok_s;   /* batch x steps / seconds */
+        uint32_t steps;  /* timed steps (every sequence still decoding) */
+        uint64_t tokens; /* produced in them: batch a step, or the decode width's */
+        double seconds;  /* of those steps */
+        double tok_s;    /* tokens / seconds */
         double ms_per_step;
-        double gflops;     /* 2 x matrix params x batch per step */
+        double gflops;     /* 2 x matrix params x tokens / seconds */
         double of_peak;    /* gflops / the FP32 peak */
         double weight_gbs; /* batch 1: weight bytes per token / time per token */
         double of_copy;    /* batch 1: weight_gbs / the copy bandwidth */

@@ -151,10 +151,11 @@ void bench_model_json(const struct bench_model *b, FILE *f)
                 const struct bench_decode *d = &b->dec[i];
 
                 fprintf(f,
-                        "%s{\"batch\":%u,\"steps\":%u,\"seconds\":%.5f,\"tok_s\":%.2f,"
-                        "\"ms_per_step\":%.4f,\"gflops\":%.1f,\"of_fp32_peak\":%.4f",
-                        i ? "," : "", d->batch, d->steps, d->seconds, d->tok_s, d->ms_per_step,
-                        d->gflops, d->of_peak);
+                        "%s{\"batch\":%u,\"steps\":%u,\"tokens\":%llu,\"seconds\":%.5f,"
+                        "\"tok_s\":%.2f,\"ms_per_step\":%.4f,\"gflops\":%.1f,"
+                        "\"of_fp32_peak\":%.4f",
+                        i ? "," : "", d->batch, d->steps, (unsigned long long)d->tokens, d->seconds,
+                        d->tok_s, d->ms_per_step, d->gflops, d->of_peak);
                 if (d->batch == 1)
                         fprintf(f, ",\"weight_gbs\":%.1f,\"of_copy\":%.4f", d->weight_gbs,
                                 d->of_copy);

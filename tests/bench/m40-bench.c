@@ -48,7 +48,8 @@ static void help(void)
                "                 [--json] [--output FILE]\n"
                "       m40-bench --model FILE [--batches LIST] [--tokens N] [--prompt N]\n"
                "                 [--prefill N] [--prefill-reps N] [--no-load] [--no-load-cold]\n"
-               "                 [--no-decode] [--no-sgemm] [--mode steps|persistent] [--quiet]\n"
+               "                 [--no-decode] [--no-sgemm] [--mode steps|persistent]\n"
+               "                 [--width all|auto] [--quiet]\n"
                "                 [copy options]\n"
                "       m40-bench --help | --version\n"
                "\n"
@@ -176,6 +177,12 @@ static void help(void)
                "              one-token steps in one launch of the persistent step kernel\n"
                "              where the model takes it (a note says when it does not).\n"
                "              Default: the engine's.\n"
+               "       --width all|auto\n"
+               "              How many of a batch's sequences a decode step carries (m40d.ini's\n"
+               "              [engine] decode_width): all, every one, which measures the kernels\n"
+               "              at exactly that batch; or auto, the engine's choice by its own\n"
+               "              measurements (fewer when fewer give more tokens a second, the\n"
+               "              sequences taking turns), as m40d runs it. Default: all.\n"
                "       -q, --quiet\n"
                "              No progress notes on standard error.\n"
                "       -h, --help\n"
@@ -263,6 +270,7 @@ enum {
         O_NO_DECODE,
         O_NO_SGEMM,
         O_MODE,
+        O_WIDTH,
         O_SYNC,
         O_VERSION
 };
@@ -331,6 +339,13 @@ static int parse_model_opt(int c, const char *arg, struct bench_model_opts *m)
                 }
                 fprintf(stderr, "m40-bench: --mode wants steps or persistent: %s\n", arg);
                 return -EINVAL;
+        case O_WIDTH:
+                if (!strcmp(arg, "all") || !strcmp(arg, "auto")) {
+                        m->width = arg[1] == 'l' ? M40_ENGINE_WIDTH_ALL : M40_ENGINE_WIDTH_AUTO;
+                        return 0;
+                }
+                fprintf(stderr, "m40-bench: --width wants all or auto: %s\n", arg);
+                return -EINVAL;
         default:
                 return -EINVAL;
         }
@@ -357,6 +372,7 @@ static int parse_args(int argc, char **argv, struct options *o)
                 {"no-decode", no_argument, NULL, O_NO_DECODE},
                 {"no-sgemm", no_argument, NULL, O_NO_SGEMM},
                 {"mode", required_argument, NULL, O_MODE},
+                {"width", required_argument, NULL, O_WIDTH},
                 {"quiet", no_argument, NULL, 'q'},
                 {"help", no_argument, NULL, 'h'},
                 {"version", no_argument, NULL, O_VERSION},
@@ -373,6 +389,7 @@ static int parse_args(int argc, char **argv, struct options *o)
                 .prefill = 512,
                 .prefill_reps = 3,
                 .load = true,
+                .width = M40_ENGINE_WIDTH_ALL,
                 .load_cold = true,
                 .sgemm = true,
                 .verbose = true,
@@ -395,6 +412,7 @@ static int parse_args(int argc, char **argv, struct options *o)
                 case O_NO_DECODE:
                 case O_NO_SGEMM:
                 case O_MODE:
+                case O_WIDTH:
                         if (parse_model_opt(c, optarg, m) < 0)
                                 return -EINVAL;
                         break;

@@ -75,6 +75,8 @@ static void bench_argv(char **argv, const char *m40_bench, const char *model, ch
         argv[argc++] = "--tokens";
         argv[argc++] = tokens;
         argv[argc++] = "--no-load";
+        argv[argc++] = "--width"; /* m40d's default */
+        argv[argc++] = "auto";
         argv[argc++] = "--prefill";
         argv[argc++] = "0";
         argv[argc++] = "--bytes";

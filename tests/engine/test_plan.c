@@ -48,7 +48,7 @@ static void bed_init(struct bed *b, uint32_t max_batch, uint32_t chunk, uint32_t
                 fprintf(stderr, "out of memory\n");
                 exit(1);
         }
-        b->plan = (struct m40_plan){b->seqs, &b->lim, b->pages, &b->evq, b->batch};
+        b->plan = (struct m40_plan){b->seqs, &b->lim, b->pages, &b->evq, b->batch, 0, 0};
 }
 
 static void bed_done(struct bed *b)
@@ -311,6 +311,96 @@ static void test_kv_and_undo(void)
         bed_done(&b);
 }
 
+/* The decode width: 6 sequences decoding at width 4 take turns in circular slot order,
+ * each step's batch in slot order; a prompt pending, or a width that covers them,
+ * decodes every one. */
+static void test_width_turns(void)
+{
+        struct bed b;
+        struct m40_seq *run[6];
+        struct m40_plan_step ps;
+        uint32_t got[6] = {0};
+
+        bed_init(&b, 64, 16, 256);
+        for (int i = 0; i < 6; i++)
+                run[i] = admit(&b, 3);
+        ps = step(&b); /* the prompts: width does not apply */
+        CHECK(ps.n_rows == 6 && ps.n_decode == 0, "prompt step: %u rows", ps.n_rows);
+        b.plan.width = 4;
+        for (uint64_t t = 2; t < 8; t++) { /* 6 steps of 4: 24 tokens, 4 each */
+                uint32_t prev = 0;
+
+                ps = step(&b);
+                b.plan.turn = ps.turn;
+                CHECK(ps.n_decode == 4 && ps.n_tokens == 4, "tick %llu: %u decode tokens of %u",
+                      (unsigned long long)t, ps.n_decode, ps.n_tokens);
+                for (uint32_t i = 0; i < ps.n_tokens; i++) {
+                        uint32_t k = 6;
+
+                        for (uint32_t j = 0; j < 6; j++)
+                                if (b.batch[i].kv == &run[j]->kv)
+                                        k = j;
+
+                        CHECK(k < 6 && (i == 0 || k > prev), "tick %llu: batch not in slot order",
+                              (unsigned long long)t);
+                        prev = k;
+                        got[k < 6 ? k : 0]++;
+                }
+                for (int i = 0; i < 6; i++) /* nobody more than a turn behind */
+                        for (int j = 0; j < 6; j++)
+                                CHECK(got[i] <= got[j] + 1, "tick %llu: seq %d has %u, %d has %u",
+                                      (unsigned long long)t, i, got[i], j, got[j]);
+        }
+        for (int i = 0; i < 6; i++)
+                CHECK(got[i] == 4, "seq %d decoded %u times in 6 steps of 4", i, got[i]);
+        admit(&b, 3); /* a prompt pending: every sequence decodes beside it */
+        ps = step(&b);
+        CHECK(ps.n_decode == 6 && ps.n_prompt == 3, "with a prompt: %u decode, %u prompt",
+              ps.n_decode, ps.n_prompt);
+        b.plan.width = 7; /* covers them */
+        ps = step(&b);
+        CHECK(ps.n_decode == 7, "width 7 of 7: %u decode", ps.n_decode);
+        bed_done(&b);
+}
+
+/* m40_plan_width on made-up step times. */
+static void test_width_choice(void)
+{
+        double t[17] = {0};
+        uint64_t at[17] = {0};
+        struct m40_width_stats w = {16, t, at};
+        const uint64_t now = 1001, explore = 1008; /* 1008: a multiple of M40_WIDTH_EXPLORE */
+
+        CHECK(m40_plan_width(&w, 12, now) == 12, "nothing measured: all");
+        m40_width_record(&w, 12, 0.012, 1000);
+        CHECK(m40_plan_width(&w, 12, now) == 12, "only 12 measured: %u",
+              m40_plan_width(&w, 12, now));
+        CHECK(m40_plan_width(&w, 12, explore) == 8,
+              "explore: the widest candidate without a measurement first (8)");
+        m40_width_record(&w, 8, 0.006, 1000);
+        CHECK(m40_plan_width(&w, 12, explore) == 8,
+              "explore: 8 measured and faster, 4 is below half of 12");
+        CHECK(m40_plan_width(&w, 12, now) == 8, "8 a step of 6 ms beats 12 of 12 ms: %u",
+              m40_plan_width(&w, 12, now));
+        m40_width_record(&w, 8, 0.0084, 1000); /* the mean moves a quarter of the way */
+        CHECK(t[8] > 0.0065 && t[8] < 0.0067, "smoothed: %g", t[8]);
+        while (t[12] > 0.0098) /* 12 at 9.75 ms: 8 / 6.6 ms is within 3% of 12 / 9.75 */
+                m40_width_record(&w, 12, 0.0097, 1000);
+        CHECK(m40_plan_width(&w, 12, now) == 12, "within the margin: all (t12 %g, t8 %g)", t[12],
+              t[8]);
+        CHECK(m40_plan_width(&w, 12, 1000 + M40_WIDTH_REFRESH + 1) == 12, "stale: all again");
+        m40_width_record(&w, 12, 0.1, 1000); /* 12 much slower again */
+        CHECK(m40_plan_width(&w, 12, 1000 + M40_WIDTH_REFRESH + 1) == 12,
+              "12 stale: it is measured again first");
+        CHECK(m40_plan_width(&w, 12, 900) == 12, "a clock before the measurements: all");
+        CHECK(m40_plan_width(&w, 4, now) == 4 && m40_plan_width(&w, 17, now) == 17,
+              "4 and below, and past the table: all");
+        m40_width_record(&w, 0, 1.0, now);
+        m40_width_record(&w, 17, 1.0, now);
+        m40_width_record(&w, 5, -1.0, now);
+        CHECK(t[5] == 0.0, "bad records ignored");
+}
+
 int main(void)
 {
         test_decode_and_chunks();
@@ -318,9 +408,12 @@ int main(void)
         test_prefill_only();
         test_held_and_limits();
         test_kv_and_undo();
+        test_width_turns();
+        test_width_choice();
         if (!failures)
                 printf("ok: decode every step, short prompts whole, long ones chunked by "
                        "prefill_chunk, "
-                       "max_batch_tokens when nothing decodes, held, limits, KV, undo\n");
+                       "max_batch_tokens when nothing decodes, held, limits, KV, undo, decode "
+                       "width\n");
         return failures ? 1 : 0;
 }

@@ -565,6 +565,9 @@ static void sampled(const char *path, uint32_t n_sets, uint32_t n_gen)
                 .max_ctx = SAMPLE_CTX,
                 .max_batch_tokens = 128,
                 .act = M40_ACT_F32,
+                /* the same batches both times: the auto width follows measured step
+                 * times, and a batch's width picks the kernels (their sums' order) */
+                .width = M40_ENGINE_WIDTH_ALL,
         };
         const char *name = base_name(path);
         static struct sseq a[N_SETS], b[N_SETS];

@@ -202,6 +202,29 @@ static void test_chain_steps(void)
         }
 }
 
+/* [engine] decode_width: auto or all; default auto */
+static void test_decode_width(void)
+{
+        static const char *const bad[] = {"", "Auto", "8", "all auto", "none"};
+        struct m40d_config c;
+        char ini[256], err[1024];
+        int r;
+
+        m40d_config_default(&c);
+        CHECK(c.width == M40_ENGINE_WIDTH_AUTO, "decode_width default auto");
+        r = load("[engine]\ndecode_width = all\n", &c, err, sizeof(err));
+        CHECK(r == 0 && c.width == M40_ENGINE_WIDTH_ALL, "decode_width = all: %d (%s)", r, err);
+        r = load("[engine]\ndecode_width = auto\n", &c, err, sizeof(err));
+        CHECK(r == 0 && c.width == M40_ENGINE_WIDTH_AUTO, "decode_width = auto: %d (%s)", r, err);
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+                snprintf(ini, sizeof(ini), "[engine]\ndecode_width = %s\n", bad[i]);
+                r = load(ini, &c, err, sizeof(err));
+                CHECK(r == -EINVAL && strstr(err, "[engine] decode_width: ") &&
+                              strstr(err, "expected auto or all"),
+                      "decode_width = '%s': %d, message '%s'", bad[i], r, err);
+        }
+}
+
 static void test_sampling(void)
 {
         static const struct {
@@ -356,6 +379,7 @@ int main(int argc, char **argv)
         test_step_timeout();
         test_mode();
         test_chain_steps();
+        test_decode_width();
         test_sampling();
         test_errors();
         test_not_a_file();
