@@ -102,9 +102,10 @@ static int core_step(struct m40_engine *base)
 
         c->tick++;
         ready = m40_plan_ready(&c->plan, &prompts);
-        c->plan.width = c->lim.width == M40_ENGINE_WIDTH_AUTO && !prompts
-                                ? m40_plan_width(&c->width, ready, c->tick)
-                                : 0;
+        /* (the planner ignores the width in a step with prompt tokens) */
+        c->plan.width = c->lim.width != M40_ENGINE_WIDTH_AUTO ? c->lim.width
+                        : prompts                             ? 0
+                                  : m40_plan_width(&c->width, ready, c->tick);
         r = m40_plan_step(&c->plan, &ps);
         if (r)
                 return r;

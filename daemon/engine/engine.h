@@ -172,16 +172,15 @@ enum m40_engine_mode {
         M40_ENGINE_MODE_PERSISTENT = 2,
 };
 
-/* How many of the running sequences a decode step carries (m40_engine_limits.width).
- * AUTO (the default): all of them, unless a step of fewer has measured more tokens a second
- * on this engine (plan.h, the decode width): the batched kernels cost whole column tiles,
- * so 9 sequences can take longer a token than 8, and more clients must never give less
- * throughput than fewer. The sequences then take turns, those that waited longest first.
- * ALL: every running sequence in every step (kernel measurements at an exact batch). */
-enum m40_engine_width {
-        M40_ENGINE_WIDTH_AUTO = 0,
-        M40_ENGINE_WIDTH_ALL = 1,
-};
+/* How many of the running sequences a decode step carries (m40_engine_limits.width), in
+ * steps without prompt tokens (plan.h, the decode width). AUTO (0, the default): all of
+ * them, unless a step of fewer has measured more tokens a second on this engine: the
+ * batched kernels cost whole column tiles, so 9 sequences can take longer a token than 8,
+ * and more clients must never give less throughput than fewer. ALL: every running
+ * sequence in every step (kernel measurements at an exact batch). Any other value n: at
+ * most n a step (a fixed width). Fewer than all take turns in circular slot order. */
+#define M40_ENGINE_WIDTH_AUTO 0u
+#define M40_ENGINE_WIDTH_ALL  UINT32_MAX
 
 /* The engine's limits. kv_bytes 0 is the engine's default KV cache, at most enough for
  * max_seqs sequences at max_ctx and at least for one: the CPU engine takes up to
@@ -220,7 +219,7 @@ struct m40_engine_limits {
         /* How decode steps run (enum m40_engine_mode): 0 the engine's default. The CPU
          * engine has one way and ignores it. */
         uint32_t mode;
-        /* Sequences a decode step carries (enum m40_engine_width): 0 auto. */
+        /* Sequences a decode step carries, at most (M40_ENGINE_WIDTH_*): 0 auto. */
         uint32_t width;
 };
 

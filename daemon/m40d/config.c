@@ -173,8 +173,10 @@ static int engine_key(struct parse *p, const char *key, const char *v)
                         c->width = M40_ENGINE_WIDTH_AUTO;
                 else if (!strcmp(v, "all"))
                         c->width = M40_ENGINE_WIDTH_ALL;
+                else if (*v < '0' || *v > '9')
+                        return bad(p, s, key, "expected auto, all or a count in 1..1024");
                 else
-                        return bad(p, s, key, "expected auto or all");
+                        return get_u32(p, s, key, v, 1, 1024, &c->width);
                 return 1;
         }
         if (!strcmp(key, "chain_steps")) {

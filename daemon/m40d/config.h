@@ -38,7 +38,7 @@ struct m40d_config {
         /* how the CUDA engine runs decode steps: enum m40_engine_mode (engine/engine.h); 0
          * its default */
         uint32_t mode;
-        /* the sequences a decode step carries: enum m40_engine_width (engine/engine.h) */
+        /* the sequences a decode step carries, at most: M40_ENGINE_WIDTH_* (engine/engine.h) */
         uint32_t width;
         /* whether the engine's thread goes on from step to step by itself while nothing
          * waits for the engine between steps (m40_engine_chain; sched.c chain_ok); auto

@@ -49,7 +49,7 @@ static void help(void)
                "       m40-bench --model FILE [--batches LIST] [--tokens N] [--prompt N]\n"
                "                 [--prefill N] [--prefill-reps N] [--no-load] [--no-load-cold]\n"
                "                 [--no-decode] [--no-sgemm] [--mode steps|persistent]\n"
-               "                 [--width all|auto] [--quiet]\n"
+               "                 [--width all|auto|N] [--quiet]\n"
                "                 [copy options]\n"
                "       m40-bench --help | --version\n"
                "\n"
@@ -177,12 +177,13 @@ static void help(void)
                "              one-token steps in one launch of the persistent step kernel\n"
                "              where the model takes it (a note says when it does not).\n"
                "              Default: the engine's.\n"
-               "       --width all|auto\n"
+               "       --width all|auto|N\n"
                "              How many of a batch's sequences a decode step carries (m40d.ini's\n"
                "              [engine] decode_width): all, every one, which measures the kernels\n"
                "              at exactly that batch; or auto, the engine's choice by its own\n"
                "              measurements (fewer when fewer give more tokens a second, the\n"
-               "              sequences taking turns), as m40d runs it. Default: all.\n"
+               "              sequences taking turns), as m40d runs it; or N, at most N a step,\n"
+               "              taking turns. Default: all.\n"
                "       -q, --quiet\n"
                "              No progress notes on standard error.\n"
                "       -h, --help\n"
@@ -344,7 +345,12 @@ static int parse_model_opt(int c, const char *arg, struct bench_model_opts *m)
                         m->width = arg[1] == 'l' ? M40_ENGINE_WIDTH_ALL : M40_ENGINE_WIDTH_AUTO;
                         return 0;
                 }
-                fprintf(stderr, "m40-bench: --width wants all or auto: %s\n", arg);
+                if (parse_int(arg, 1, BENCH_MODEL_MAX_BATCH, &v) == 0) {
+                        m->width = (uint32_t)v;
+                        return 0;
+                }
+                fprintf(stderr, "m40-bench: --width wants all, auto or a count in 1..%d: %s\n",
+                        BENCH_MODEL_MAX_BATCH, arg);
                 return -EINVAL;
         default:
                 return -EINVAL;

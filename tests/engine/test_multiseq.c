@@ -2,7 +2,9 @@
  * together produce, each, exactly what that sequence produces alone (greedy), tokens and
  * final logits bit for bit. Together they share steps, batches (prefill chunks of
  * different sequences interleave, max_batch_tokens is small) and the KV page pool. Each
- * model is checked in both activation modes (engine.h).
+ * model is checked in both activation modes (engine.h), and together twice: with the
+ * default decode width and with a fixed width of 5 (decode steps of 5 sequences taking
+ * turns, engine.h).
  *
  * usage: test_multiseq MODEL.gguf [MODEL.gguf ...]; a model that does not exist is
  * skipped, and the test exits 77 when none does. Exit 0 pass, 1 fail. */
@@ -19,7 +21,8 @@
 #define N_SEQ 16
 #define N_GEN 24
 
-static uint32_t act; /* the activation mode under test */
+static uint32_t act;   /* the activation mode under test */
+static uint32_t width; /* the decode width of the engine made next (engine.h) */
 
 struct run {
         int32_t toks[N_GEN];
@@ -36,6 +39,7 @@ static int make_engine(const char *path, uint32_t max_seqs, uint32_t batch, stru
                 .page_tokens = 16,
                 .n_threads = 2,
                 .act = act,
+                .width = width,
         };
         char err[512];
         int r = m40_cpu_engine_new(test_model_file(path, err, sizeof(err)), &lim, e, err,
@@ -102,29 +106,21 @@ static int run_all(struct m40_engine *e, int first, int n, uint32_t n_vocab, str
         return 0;
 }
 
-static int check_model(const char *path)
+/* together - the N_SEQ sequences in one engine of decode width w, against alone. */
+static int together_check(const char *path, const struct m40_engine_model *info, struct run *alone,
+                          uint32_t w)
 {
         struct m40_engine *e = NULL;
-        struct m40_engine_model info;
         struct m40_engine_stats st;
-        struct run alone[N_SEQ], together[N_SEQ];
+        struct run together[N_SEQ];
         int bad = 0;
 
-        if (make_engine(path, 1, 64, &e))
-                return 1;
-        m40_engine_model(e, &info);
-        for (int i = 0; i < N_SEQ; i++) {
-                alone[i].logits = malloc(info.n_vocab * sizeof(float));
-                together[i].logits = malloc(info.n_vocab * sizeof(float));
-                if (run_all(e, i, 1, info.n_vocab, &alone[i])) {
-                        fprintf(stderr, "FAIL: %s: sequence %d alone did not run\n", path, i);
-                        return 1;
-                }
-        }
-        m40_engine_free(e);
+        width = w;
         if (make_engine(path, N_SEQ, 64, &e))
                 return 1;
-        if (run_all(e, 0, N_SEQ, info.n_vocab, together)) {
+        for (int i = 0; i < N_SEQ; i++)
+                together[i].logits = malloc(info->n_vocab * sizeof(float));
+        if (run_all(e, 0, N_SEQ, info->n_vocab, together)) {
                 fprintf(stderr, "FAIL: %s: the 16 sequences together did not run\n", path);
                 return 1;
         }
@@ -141,18 +137,51 @@ static int check_model(const char *path)
                                 i);
                         bad++;
                 } else if (memcmp(alone[i].logits, together[i].logits,
-                                  info.n_vocab * sizeof(float))) {
+                                  info->n_vocab * sizeof(float))) {
                         fprintf(stderr, "FAIL: %s: sequence %d final logits differ\n", path, i);
                         bad++;
                 }
-                free(alone[i].logits);
                 free(together[i].logits);
         }
-        printf("%s (%s): %d sequences x %d tokens, together == alone (tokens and logits "
-               "bit-exact): %s (%llu steps together)\n",
-               path, act == M40_ACT_F32 ? "f32" : "ggml", N_SEQ, N_GEN, bad ? "NO" : "yes",
-               (unsigned long long)st.steps);
+        /* a fixed width of 5: the 16 x 23 decode tokens take 16 x 23 / 5 steps, but for
+         * those that steps with prompt tokens carry (all running sequences decode in
+         * them), at most a step a prompt */
+        if (w == 5 && st.steps < (uint64_t)N_SEQ * (N_GEN - 1) / 5 - N_SEQ) {
+                fprintf(stderr, "FAIL: %s: width 5 took %llu steps\n", path,
+                        (unsigned long long)st.steps);
+                bad++;
+        }
+        printf("%s (%s, decode width %s): %d sequences x %d tokens, together == alone (tokens "
+               "and logits bit-exact): %s (%llu steps together)\n",
+               path, act == M40_ACT_F32 ? "f32" : "ggml", w ? "5" : "auto", N_SEQ, N_GEN,
+               bad ? "NO" : "yes", (unsigned long long)st.steps);
         m40_engine_free(e);
+        return bad;
+}
+
+static int check_model(const char *path)
+{
+        struct m40_engine *e = NULL;
+        struct m40_engine_model info;
+        struct run alone[N_SEQ];
+        int bad = 0;
+
+        width = M40_ENGINE_WIDTH_AUTO;
+        if (make_engine(path, 1, 64, &e))
+                return 1;
+        m40_engine_model(e, &info);
+        for (int i = 0; i < N_SEQ; i++) {
+                alone[i].logits = malloc(info.n_vocab * sizeof(float));
+                if (run_all(e, i, 1, info.n_vocab, &alone[i])) {
+                        fprintf(stderr, "FAIL: %s: sequence %d alone did not run\n", path, i);
+                        return 1;
+                }
+        }
+        m40_engine_free(e);
+        bad += together_check(path, &info, alone, M40_ENGINE_WIDTH_AUTO);
+        bad += together_check(path, &info, alone, 5);
+        for (int i = 0; i < N_SEQ; i++)
+                free(alone[i].logits);
         return bad ? 1 : 0;
 }
 

@@ -202,10 +202,11 @@ static void test_chain_steps(void)
         }
 }
 
-/* [engine] decode_width: auto or all; default auto */
+/* [engine] decode_width: auto, all or a count in 1..1024; default auto */
 static void test_decode_width(void)
 {
-        static const char *const bad[] = {"", "Auto", "8", "all auto", "none"};
+        static const char *const bad[] = {"", "Auto", "all auto", "none", "-1"};
+        static const char *const bad_n[] = {"0", "1025", "8x", "4294967295"};
         struct m40d_config c;
         char ini[256], err[1024];
         int r;
@@ -220,9 +221,20 @@ static void test_decode_width(void)
                 snprintf(ini, sizeof(ini), "[engine]\ndecode_width = %s\n", bad[i]);
                 r = load(ini, &c, err, sizeof(err));
                 CHECK(r == -EINVAL && strstr(err, "[engine] decode_width: ") &&
-                              strstr(err, "expected auto or all"),
+                              strstr(err, "expected auto, all or a count in 1..1024"),
                       "decode_width = '%s': %d, message '%s'", bad[i], r, err);
         }
+        for (size_t i = 0; i < sizeof(bad_n) / sizeof(bad_n[0]); i++) {
+                snprintf(ini, sizeof(ini), "[engine]\ndecode_width = %s\n", bad_n[i]);
+                r = load(ini, &c, err, sizeof(err));
+                CHECK(r == -EINVAL && strstr(err, "[engine] decode_width: ") &&
+                              strstr(err, "expected an integer in 1..1024"),
+                      "decode_width = '%s': %d, message '%s'", bad_n[i], r, err);
+        }
+        r = load("[engine]\ndecode_width = 8\n", &c, err, sizeof(err));
+        CHECK(r == 0 && c.width == 8, "decode_width = 8: %d (%s), %u", r, err, c.width);
+        r = load("[engine]\ndecode_width = 1024\n", &c, err, sizeof(err));
+        CHECK(r == 0 && c.width == 1024, "decode_width = 1024: %d (%s)", r, err);
 }
 
 static void test_sampling(void)
