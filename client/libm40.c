@@ -759,6 +759,8 @@ unlock:
         ret_status->kv_page_tokens = s.kv_page_tokens;
         ret_status->kv_page_bytes = s.kv_page_bytes;
         ret_status->held = s.held;
+        ret_status->decode_width = s.decode_width;
+        ret_status->decode_running = s.decode_running;
         copy_timing(&ret_status->step, &s.step);
         copy_timing(&ret_status->gap, &s.gap);
         copy_timing(&ret_status->wake, &s.wake);

@@ -14,8 +14,10 @@ static void usage(FILE *f)
               "\n"
               "Asks m40d for its model, backend, clients, running and queued requests (and\n"
               "the running ones held because their clients do not read), KV cache use\n"
-              "(pages, tokens and MiB), generation speed, and how long engine steps take\n"
-              "and what m40d spends between them (mean, median, 99th percentile, maximum):\n"
+              "(pages, tokens and MiB), generation speed, how many of the running sequences\n"
+              "the last decode step carried (fewer when m40d.ini's decode_width found that\n"
+              "faster: they take turns), and how long engine steps take and what m40d\n"
+              "spends between them (mean, median, 99th percentile, maximum):\n"
               "\n"
               "  steps      the engine running one step;\n"
               "  step gap   from a step's end to the start of the next, when m40d starts it\n"
@@ -118,14 +120,15 @@ int m40ctl_status(int argc, char **argv)
                        "\"kv_page_bytes\":%llu,\"kv_tokens_used\":%llu,\"kv_tokens_total\":%llu,"
                        "\"kv_bytes_used\":%llu,\"kv_bytes_total\":%llu,\"n_ctx\":%u,\"n_vocab\":%u,"
                        "\"requests\":%llu,\"prompt_tokens\":%llu,\"generated_tokens\":%llu,"
-                       "\"tokens_per_s\":%.2f,\"draining\":%s",
+                       "\"tokens_per_s\":%.2f,\"draining\":%s,\"decode_width\":%u,"
+                       "\"decode_running\":%u",
                        st.clients, st.active, st.held, st.queued, st.max_sequences,
                        st.kv_pages_used, st.kv_pages_total, st.kv_page_tokens,
                        (unsigned long long)st.kv_page_bytes, tok_used, tok_total, bytes_used,
                        bytes_total, st.n_ctx, st.n_vocab, (unsigned long long)st.requests,
                        (unsigned long long)st.prompt_tokens,
                        (unsigned long long)st.generated_tokens, st.tokens_per_s,
-                       st.draining ? "true" : "false");
+                       st.draining ? "true" : "false", st.decode_width, st.decode_running);
                 json_timing("step", &st.step);
                 json_timing("gap", &st.gap);
                 json_timing("wake", &st.wake);
@@ -147,6 +150,10 @@ int m40ctl_status(int argc, char **argv)
         printf("speed:      %.1f tokens/s generating; %llu prompt and %llu generated tokens\n",
                st.tokens_per_s, (unsigned long long)st.prompt_tokens,
                (unsigned long long)st.generated_tokens);
+        if (st.decode_running)
+                printf("decoding:   %u of %u running sequences in the last decode step%s\n",
+                       st.decode_width, st.decode_running,
+                       st.decode_width < st.decode_running ? " (taking turns)" : "");
         text_timing("steps:", &st.step, "steps");
         text_timing("step gap:", &st.gap, "gaps");
         text_timing("wake-up:", &st.wake, "steps");

@@ -116,8 +116,11 @@ static int core_step(struct m40_engine *base)
                 return r;
         }
         c->plan.turn = ps.turn;
-        if (ps.n_tokens && !ps.n_prompt && ps.n_decode == ps.n_tokens)
+        if (ps.n_tokens && !ps.n_prompt && ps.n_decode == ps.n_tokens) {
                 m40_width_record(&c->width, ps.n_decode, now_s() - t0, c->tick);
+                c->st.decode_width = ps.n_decode;
+                c->st.decode_running = ready;
+        }
         c->st.prompt_tokens += ps.n_prompt;
         for (uint32_t i = 0; i < c->lim.max_seqs && !r; i++) {
                 struct m40_seq *s = &c->seqs[i];

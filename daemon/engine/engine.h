@@ -241,6 +241,9 @@ struct m40_engine_stats {
         double prompt_seconds;                           /* time in steps that only prefilled */
         double decode_seconds;                           /* time in the other steps */
         double tokens_per_s; /* generated tokens / (time of steps that generated) */
+        /* The last step that only decoded: the sequences it decoded, of those running (the
+         * decode width at work, limits.width); 0 and 0 before such a step. */
+        uint32_t decode_width, decode_running;
 };
 
 struct m40_engine;

@@ -637,5 +637,7 @@ void m40_sched_status(const struct m40_sched *s, struct m40_proto_status *ret)
         ret->requests = s->requests;
         ret->tokens_per_s = st.tokens_per_s;
         ret->draining = s->draining;
+        ret->decode_width = st.decode_width;
+        ret->decode_running = st.decode_running;
         m40_steptimes_status(&s->times, ret);
 }

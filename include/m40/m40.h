@@ -148,6 +148,10 @@ struct m40_status {
          * step's end to m40d collecting it); handover, from m40d starting a step to the
          * engine's thread taking it. */
         struct m40_timing step, gap, wake, handover;
+        /* The last engine step that only decoded: the sequences it decoded, of those
+         * running (m40d.ini's decode_width: fewer when the engine measured more tokens a
+         * second that way). 0 and 0 before such a step, or from an older daemon. */
+        uint32_t decode_width, decode_running;
 };
 
 /* m40_client_connect - connect to the daemon at socket path and do the handshake. path

@@ -115,8 +115,13 @@ struct m40_proto_status {
         /* Version 4 on (0 for a version 3 client): of the active sequences, those held
          * because their clients do not read their events (backpressure). */
         uint32_t held;
+        /* The last engine step that only decoded: the sequences it decoded, of those
+         * running (m40d.ini's decode_width at work). 0 and 0 before such a step, and from a
+         * daemon older than these fields (they were reserved, 0). */
+        uint32_t decode_width;
+        uint32_t decode_running;
         uint32_t reserved32;
-        uint64_t reserved[2];
+        uint64_t reserved;
         /* Version 5 on; a version 3 or 4 body ends here, M40_PROTO_STATUS_V4_BYTES long.
          * All CLOCK_MONOTONIC differences on m40d's side, steps that ran on the engine's
          * thread (m40_engine_pump). */

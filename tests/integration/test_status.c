@@ -7,7 +7,8 @@
  * of the engine steps (version 5): none before a request, then one step, wake-up and
  * hand-over per step and one gap between each two steps of a request, moving with the
  * next request, consistent (p50 <= p99 <= max <= sum), in m40ctl status's text and JSON,
- * and left out for a version 4 client.
+ * and left out for a version 4 client; the decode width at work (decode_width = 2 with
+ * three running: the last decode step carried 2 of 3), in STATUS and m40ctl status.
  *
  *   test_status M40D M40CTL MODEL.gguf  (stories260K: 5 layers, KV dim 32, context 2048,
  *   so a page of 16 positions is 10240 bytes) */
@@ -319,15 +320,79 @@ static int test_timings_chained(const char *m40d, const char *model)
         return 0;
 }
 
+/* drain - reads every event waiting for the three clients (so that their rings never
+ * fill and hold their sequences while the test looks). */
+static void drain(struct m40_client **c)
+{
+        struct m40_reply ev;
+
+        for (int i = 0; i < 3; i++)
+                while (m40_client_next(c[i], 0, &ev) == 0)
+                        ;
+}
+
+/* decode_width = 2 with three long requests running (three clients that read their
+ * events): STATUS and m40ctl status say the last decode step carried 2 of the 3 running
+ * sequences; before any step, 0 of 0. */
+static int test_width(const char *m40d, const char *model)
+{
+        struct itest_daemon d;
+        struct m40_client *c[3], *mon;
+        struct m40_request rq;
+        struct m40_status st;
+        uint64_t id;
+        int tries = 0;
+
+        if (itest_daemon_start(&d, m40d, model,
+                               "[engine]\nbackend = cpu\nthreads = 1\nmax_sequences = 4\n"
+                               "decode_width = 2\n",
+                               NULL))
+                return 1;
+        CHECK(m40_client_connect(d.sock, &mon) == 0);
+        CHECK(m40_client_status(mon, &st) == 0);
+        CHECK(st.decode_width == 0 && st.decode_running == 0);
+        CHECK(ctl_has(d.sock, "--json", "\"decode_width\":0,\"decode_running\":0"));
+        m40_request_init(&rq);
+        rq.prompt = itest_prompts[0];
+        rq.max_tokens = 1800; /* stories260K's context is 2048 */
+        rq.flags = M40_REQUEST_IGNORE_EOS;
+        for (int i = 0; i < 3; i++) {
+                CHECK(m40_client_connect(d.sock, &c[i]) == 0);
+                CHECK(m40_client_submit(c[i], &rq, &id) == 0);
+        }
+        do { /* until the three decode */
+                usleep(10000);
+                drain(c);
+                CHECK(m40_client_status(mon, &st) == 0);
+        } while (++tries < 500 && (st.generated_tokens < 30 || st.decode_running != 3));
+        fprintf(stderr, "decode width: %u of %u after %llu tokens\n", st.decode_width,
+                st.decode_running, (unsigned long long)st.generated_tokens);
+        CHECK(st.decode_width == 2 && st.decode_running == 3);
+        drain(c);
+        CHECK(ctl_has(d.sock, "",
+                      "decoding:   2 of 3 running sequences in the last decode step (taking "
+                      "turns)"));
+        drain(c);
+        CHECK(ctl_has(d.sock, "--json", "\"decode_width\":2,\"decode_running\":3"));
+        for (int i = 0; i < 3; i++)
+                m40_client_disconnect(c[i]); /* cancels its request */
+        m40_client_disconnect(mon);
+        CHECK(itest_idle(d.sock) == 0);
+        CHECK(itest_daemon_stop(&d) == 0);
+        return 0;
+}
+
 int main(int argc, char **argv)
 {
         if (argc < 4)
                 return 2;
         m40ctl = argv[2];
         if (test_default(argv[1], argv[3]) || test_explicit(argv[1], argv[3]) ||
-            test_timings(argv[1], argv[3]) || test_timings_chained(argv[1], argv[3]))
+            test_timings(argv[1], argv[3]) || test_timings_chained(argv[1], argv[3]) ||
+            test_width(argv[1], argv[3]))
                 return 1;
         printf("ok: KV cache logged, reported by STATUS and m40ctl status in pages, tokens "
-               "and MiB; protocol version 2 still served; step timings in STATUS\n");
+               "and MiB; protocol version 2 still served; step timings and the decode width in "
+               "STATUS\n");
         return 0;
 }
