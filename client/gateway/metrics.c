@@ -284,6 +284,12 @@ static void put_daemon(struct buf *b, const struct m40_status *st)
                  (double)st->held},
                 {"m40_max_sequences", "gauge", "Sequences m40d decodes at once at most.",
                  (double)st->max_sequences},
+                {"m40_decode_width", "gauge",
+                 "Sequences m40d's last decode-only step carried (fewer than running when "
+                 "its decode_width found that faster).",
+                 (double)st->decode_width},
+                {"m40_decode_running", "gauge",
+                 "Sequences running at m40d's last decode-only step.", (double)st->decode_running},
                 {"m40_clients", "gauge", "Connections to m40d.", (double)st->clients},
                 {"m40_kv_pages_used", "gauge", "KV cache pages in use.", (double)st->kv_pages_used},
                 {"m40_kv_pages_total", "gauge", "KV cache pages.", (double)st->kv_pages_total},

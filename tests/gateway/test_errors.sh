@@ -183,6 +183,9 @@ curl -s "${auth[@]}" "$main/metrics" > "$dir/metrics"
 active=$(metric m40_active_sequences) held=$(metric m40_held_sequences)
 { [ "$active" = 1 ] && [ -n "$held" ] && [ "$held" -le "$active" ]; } ||
         fail "/metrics during one stream: m40_active_sequences '$active', m40_held_sequences '$held' (empty: no value or no HELP/TYPE gauge lines)"
+width=$(metric m40_decode_width) running=$(metric m40_decode_running)
+{ [ "$width" = 1 ] && [ "$running" = 1 ]; } ||
+        fail "/metrics during one stream: m40_decode_width '$width' of m40_decode_running '$running', not 1 of 1"
 expect 429 openai POST /v1/chat/completions "$(chat '')"
 expect 429 ollama POST /api/chat "{\"model\":\"$model_id\",\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}"
 grep -q '^data: {' "$dir/stream" || fail "the long stream sent no chunk"
