@@ -83,6 +83,8 @@ template <int TM_, int TN_, int MR_, int NR_, int NT_, int MINB_> struct mq_shap
         static_assert(MR % 4 == 0 && (NR == 1 || NR == 2 || NR == 4 || NR == 8),
                       "vector shared loads");
         static_assert((WS + XS) * 4 <= MQ_SMEM_MAX, "one buffer fits");
+        static_assert(TX <= 8 || (TX % 8 == 0 && NT % 32 == 0 && NT / 32 % (TX / 8) == 0),
+                      "warps tile the thread grid (mq_ty, mq_tx)");
 };
 
 /* The shapes by column tile (matvec.cu picks TN from the batch). Knobs for A/B builds:
@@ -246,6 +248,33 @@ __device__ __forceinline__ void mq_store(const mq_regs<T, S> &r, int n_rows, int
         }
 }
 
+/* Thread t's row group ty (rows ty * MR..) and column group tx (columns mq_col(tx, ..)).
+ * By default a warp covers 32 / TX row groups of TX column groups (t / TX, t % TX).
+ * Knob MQ_WARP_TILE 1 (for A/B, not yet run on a GPU; 0, the default, keeps that): where TX
+ * is above 8 (the 64-column tile's 16), a warp covers 4 row groups of 8 column groups
+ * instead, the block's warps tiling the TY x TX grid, so that a half-warp's 128-bit
+ * operand loads read 128 distinct bytes at most: the activations' LDS.128 takes 2 shared
+ * wavefronts instead of 4, 6 a k step instead of 8 for the 8 x 4 thread tile (ncu of the
+ * 64-column tile: 2 for each weight load and 4 for the activation load, no conflicts, and
+ * FFMAs stalled on those loads the largest stall, with shared memory the co-limit of the
+ * FMA pipe, RESULTS.md). Same outputs per thread, same arithmetic: only which thread
+ * computes which tile of outputs changes (mq_mul(), mq_out(), the shared schedule's sums). */
+#ifndef MQ_WARP_TILE
+#define MQ_WARP_TILE 0
+#endif
+template <class S, class I> __device__ __forceinline__ int mq_ty(I t)
+{
+        if (MQ_WARP_TILE && S::TX > 8) /* warp t / 32: (t / 32) / (TX / 8) row block of 4 */
+                return (int)((unsigned)t / (32u * (S::TX / 8)) * 4u + ((unsigned)t >> 3 & 3u));
+        return (int)(t / S::TX);
+}
+template <class S, class I> __device__ __forceinline__ int mq_tx(I t)
+{
+        if (MQ_WARP_TILE && S::TX > 8)
+                return (int)((unsigned)t / 32u % (S::TX / 8) * 8u + ((unsigned)t & 7u));
+        return (int)(t % S::TX);
+}
+
 /* Column j (0..NR) of thread column tx: tx*NR + j, but with 8 columns a thread two runs
  * of 4 half a tile apart (tx*4 + j and TN/2 + tx*4 + j - 4), so that the 8 threads of a
  * warp row read 128 contiguous bytes per 16-byte load (one shared-memory wavefront,
@@ -297,7 +326,7 @@ template <class S>
 __device__ __forceinline__ void mq_mul(float (&acc)[S::MR][S::NR], const float *__restrict__ ws,
                                        const float *__restrict__ xs)
 {
-        const int t = threadIdx.x, ty = t / S::TX, tx = t % S::TX;
+        const int t = threadIdx.x, ty = mq_ty<S>(t), tx = mq_tx<S>(t);
         float a[2][S::MR], b[2][S::NR];
 
         mq_frag<S>(a[0], b[0], ws, xs, ty, tx, 0);
@@ -363,7 +392,7 @@ template <class S>
 __device__ __forceinline__ void mq_out(const struct mq_args &a, const struct mq_geom &g, int z,
                                        const float (&acc)[S::MR][S::NR])
 {
-        const int ty = threadIdx.x / S::TX, tx = threadIdx.x % S::TX;
+        const int ty = mq_ty<S>(threadIdx.x), tx = mq_tx<S>(threadIdx.x);
 
 #pragma unroll
         for (int j = 0; j < S::NR; j++) {
@@ -412,8 +441,8 @@ static __global__ void __launch_bounds__(S::NT, S::MINB) k_mmq(const struct mq_a
                 } else if (mq_sk_count<S::MR, S::NR, S::NT>(acc, a, pc.u, true, threadIdx.x)) {
                         mq_sk_sum<S::MR * S::NR, S::NT>(a, pc.u, [&](int e, float v) {
                                 const int t = e % S::NT, i = e / S::NT / S::NR;
-                                const int c = mq_col<S>(t % S::TX, e / S::NT % S::NR);
-                                const int o = t / S::TX * S::MR + i;
+                                const int c = mq_col<S>(mq_tx<S>(t), e / S::NT % S::NR);
+                                const int o = mq_ty<S>(t) * S::MR + i;
 
                                 if (c < g.ncols && o < g.n_rows) {
                                         float *yo = a.m.y[g.mi] +
