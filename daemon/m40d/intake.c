@@ -92,12 +92,7 @@ static void read_one(struct m40_sched *s, struct m40_sched_client *c)
 
 bool intake_held(const struct m40_sched *s, const struct m40_sched_client *c)
 {
-        if (c->n_reqs < s->cfg.max_requests_per_client)
-                return false;
-        for (const struct req *r = c->reqs; r; r = r->next)
-                if (r->ev_head < r->n_ev)
-                        return true;
-        return false;
+        return c->n_reqs >= s->cfg.max_requests_per_client && has_backlog(c);
 }
 
 bool parse_paused(const struct m40_sched *s, uint64_t t)

@@ -184,8 +184,6 @@ static struct req *first_queued(struct m40_sched_client *c)
         return NULL;
 }
 
-static bool has_backlog(const struct m40_sched_client *c);
-
 /* may_admit - whether c may get a new sequence now: it is not broken, it reads its events
  * (a client with a held sequence or events waiting for room in its ring would only get
  * one more held sequence) and it is within its caps (sequences, and KV pages unless it
@@ -546,15 +544,6 @@ uint64_t m40_sched_step_age_ns(const struct m40_sched *s)
 int m40_sched_fd(struct m40_sched *s)
 {
         return m40_engine_fd(s->e);
-}
-
-/* has_backlog - whether c has events that did not fit its ring. */
-static bool has_backlog(const struct m40_sched_client *c)
-{
-        for (const struct req *r = c->reqs; r; r = r->next)
-                if (r->ev_head < r->n_ev)
-                        return true;
-        return false;
 }
 
 /* set_ev_waiting - raises or lowers c's ev_waiting word (m40/proto.h, backpressure). The

@@ -95,6 +95,16 @@ static inline uint64_t now_ns(void)
         return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* has_backlog - whether c has events that wait for delivery (its ring was full, or they
+ * came after the last delivery). */
+static inline bool has_backlog(const struct m40_sched_client *c)
+{
+        for (const struct req *r = c->reqs; r; r = r->next)
+                if (r->ev_head < r->n_ev)
+                        return true;
+        return false;
+}
+
 /* decoding - active sequences that are not held: those that take part in steps. */
 static inline uint32_t decoding(const struct m40_sched *s)
 {
