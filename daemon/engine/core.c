@@ -96,16 +96,15 @@ static int core_step(struct m40_engine *base)
         struct m40_core *c = (struct m40_core *)base;
         const double t0 = now_s();
         struct m40_plan_step ps;
-        uint32_t active, ready;
-        bool prompts;
+        const uint32_t ready = m40_plan_ready(&c->plan);
+        uint32_t active;
         int r;
 
         c->tick++;
-        ready = m40_plan_ready(&c->plan, &prompts);
         /* (the planner ignores the width in a step with prompt tokens) */
-        c->plan.width = c->lim.width != M40_ENGINE_WIDTH_AUTO ? c->lim.width
-                        : prompts                             ? 0
-                                  : m40_plan_width(&c->width, ready, c->tick);
+        c->plan.width = c->lim.width != M40_ENGINE_WIDTH_AUTO
+                                ? c->lim.width
+                                : m40_plan_width(&c->width, ready, c->tick);
         r = m40_plan_step(&c->plan, &ps);
         if (r)
                 return r;

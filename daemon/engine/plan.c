@@ -78,21 +78,12 @@ static struct m40_seq *next_prompt(const struct m40_plan *p, bool any_after, uin
         return best;
 }
 
-uint32_t m40_plan_ready(const struct m40_plan *p, bool *prompts)
+uint32_t m40_plan_ready(const struct m40_plan *p)
 {
         uint32_t n = 0;
 
-        *prompts = false;
-        for (uint32_t i = 0; i < p->lim->max_seqs; i++) {
-                const struct m40_seq *s = &p->seqs[i];
-
-                if (!m40_seq_runnable(s))
-                        continue;
-                if (decoding(s))
-                        n++;
-                else if (s->n_toks > s->n_past)
-                        *prompts = true;
-        }
+        for (uint32_t i = 0; i < p->lim->max_seqs; i++)
+                n += m40_seq_runnable(&p->seqs[i]) && decoding(&p->seqs[i]);
         return n;
 }
 
@@ -131,15 +122,15 @@ void m40_width_record(struct m40_width_stats *w, uint32_t k, double seconds, uin
         w->at[k] = tick;
 }
 
-/* turn_span - with the decode width short of the n decoding slots: how many slots, from
- * p->turn on in circular slot order, hold the width that decode in this step (the first
- * width decoding slots from the turn's start); 0 (all of them) otherwise. */
-static uint32_t turn_span(const struct m40_plan *p, uint32_t n)
+/* turn_span - how many slots, from p->turn on in circular slot order, hold the first
+ * p->width decoding slots: those that decode in this step; 0 (all of them) when the width
+ * is 0 or there are fewer decoding slots. */
+static uint32_t turn_span(const struct m40_plan *p)
 {
         const uint32_t m = p->lim->max_seqs;
         uint32_t k = 0;
 
-        if (!p->width || n <= p->width)
+        if (!p->width)
                 return 0;
         for (uint32_t d = 0; d < m; d++) {
                 const struct m40_seq *s = &p->seqs[(p->turn + d) % m];
@@ -155,15 +146,17 @@ int m40_plan_step(const struct m40_plan *p, struct m40_plan_step *ret)
         const uint32_t max = p->lim->max_batch_tokens, m = p->lim->max_seqs;
         struct m40_plan_step st = {0};
         uint32_t chunk, span, turn = p->turn % m;
-        bool prompts;
+        bool prompts = false;
         int r = 0;
 
-        span = m40_plan_ready(p, &prompts);
-        span = prompts ? 0 : turn_span(p, span);
         for (uint32_t i = 0; i < m; i++) {
-                p->seqs[i].row = -1;
-                p->seqs[i].prev_past = p->seqs[i].n_past;
+                struct m40_seq *s = &p->seqs[i];
+
+                s->row = -1;
+                s->prev_past = s->n_past;
+                prompts |= m40_seq_runnable(s) && !decoding(s) && s->n_toks > s->n_past;
         }
+        span = prompts ? 0 : turn_span(p); /* the width applies to decode-only steps */
         for (uint32_t i = 0; i < m && st.n_tokens < max && !r; i++) {
                 struct m40_seq *s = &p->seqs[i];
 

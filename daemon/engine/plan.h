@@ -28,7 +28,6 @@
 #ifndef M40_ENGINE_PLAN_H
 #define M40_ENGINE_PLAN_H
 
-#include <stdbool.h>
 #include <stdint.h>
 
 #include "engine.h"
@@ -77,8 +76,8 @@ uint32_t m40_plan_whole_max(const struct m40_engine_limits *lim);
 int m40_plan_step(const struct m40_plan *p, struct m40_plan_step *ret);
 
 /* m40_plan_ready - the sequences of p whose next step would decode (runnable, prompt
- * done); *prompts whether a runnable sequence has prompt tokens pending. */
-uint32_t m40_plan_ready(const struct m40_plan *p, bool *prompts);
+ * done). */
+uint32_t m40_plan_ready(const struct m40_plan *p);
 
 /* The decode width's measurements (m40_plan_width()): for each width k in 1..n, the
  * smoothed seconds of the engine's steps that decoded k sequences and carried nothing
